@@ -1,0 +1,407 @@
+"""The guard engine: per-agent windows of call keys and the deny rules. Pure: no I/O, no clock."""
+
+from __future__ import annotations
+
+import heapq
+import re
+from collections import OrderedDict, deque
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from breaker.config import Config
+from breaker.keys import preview, tool_class_name
+
+__all__ = ["AgentView", "Guard", "GuardView", "KeyView", "Verdict"]
+
+_SORT = orjson.OPT_SORT_KEYS
+_TOOL_CACHE_MAX = 4096  # tool names seen are few; the cap only guards against a flood of junk names
+_REASON_CACHE_MAX = 4096
+_PLACEHOLDER = re.compile(r"\{(tool|count|limit|kind|agent)\}")
+
+# How a tool name is treated under the config in force.
+_JUDGED, _PASS = 0, 1
+
+
+class Verdict:
+    """The answer for one call.
+
+    allowed: the call may run. kind: None, "duplicate", "cap" or "interrupted".
+    reason: the deny text for the model ("" when allowed). count/limit: for a duplicate deny the
+    key's occurrences in the window and duplicateLimit; for a cap deny the calls made and the cap;
+    for an allowed judged call the key's occurrences including this call and duplicateLimit;
+    0/0 for calls the guard does not judge (disabled, paused, exempt, outside `only`).
+    first: this is the agent's first deny of this kind (the one the incident log records).
+    counted: the call was recorded (took a window slot and counts toward the cap).
+    """
+
+    __slots__ = ("allowed", "count", "counted", "first", "kind", "limit", "reason")
+
+    def __init__(
+        self,
+        allowed: bool,
+        kind: str | None = None,
+        reason: str = "",
+        count: int = 0,
+        limit: int = 0,
+        first: bool = False,
+        counted: bool = False,
+    ) -> None:
+        self.allowed = allowed
+        self.kind = kind
+        self.reason = reason
+        self.count = count
+        self.limit = limit
+        self.first = first
+        self.counted = counted
+
+    def __repr__(self) -> str:
+        if self.allowed:
+            return f"Verdict(allow, count={self.count}, limit={self.limit}, counted={self.counted})"
+        return f"Verdict(deny {self.kind}, count={self.count}, limit={self.limit}, first={self.first})"
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Verdict):
+            return NotImplemented
+        return all(getattr(self, s) == getattr(other, s) for s in self.__slots__)
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+_NOT_JUDGED = Verdict(True)
+
+
+class _Agent:
+    """One agent's state: its window (ring of keys + count per key) and its lifetime tallies."""
+
+    __slots__ = ("calls", "counts", "last_seen", "last_tool", "last_trip", "previews", "ring", "trips")
+
+    def __init__(self) -> None:
+        self.ring: deque[int | None] = deque()  # None = a call the guard could not judge
+        self.counts: dict[int, int] = {}
+        self.previews: dict[int, tuple[str, str]] = {}  # only keys seen at least twice
+        self.calls = 0  # allowed, counted calls over the agent's life
+        self.trips: dict[str, int] = {}  # deny kind -> how many denies
+        self.last_tool = ""
+        self.last_seen: float | None = None
+        self.last_trip: tuple[str, str, int, int, float | None] | None = None  # kind, tool, count, limit, when
+
+
+@dataclass(frozen=True, slots=True)
+class AgentView:
+    """A read-only picture of one agent, for displays."""
+
+    agent: str
+    calls: int
+    window_fill: int
+    window: int
+    cap: int
+    worst_count: int
+    worst_tool: str
+    worst_preview: str
+    duplicate_limit: int
+    trips: dict[str, int]
+    status: str  # "ok", "duplicate", "capped" or "interrupted"
+    last_tool: str
+    last_seen: float | None
+    last_trip: tuple[str, str, int, int, float | None] | None
+    interrupt_reason: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class KeyView:
+    """One repeated key: which agent, which call, how many times it is in that agent's window."""
+
+    agent: str
+    tool: str
+    preview: str
+    count: int
+
+
+@dataclass(frozen=True, slots=True)
+class GuardView:
+    """A read-only picture of the whole guard."""
+
+    agents: list[AgentView]
+    top_keys: list[KeyView]
+    config: Config
+    paused: bool
+    checks: int
+    denies: dict[str, int] = field(default_factory=dict)
+
+
+class Guard:
+    """The circuit breaker. `check()` decides; nothing here reads a clock or touches a file."""
+
+    def __init__(self, config: Config | None = None) -> None:
+        self._agents: OrderedDict[str, _Agent] = OrderedDict()  # least recently active first
+        self._interrupted: OrderedDict[str, list[Any]] = OrderedDict()  # agent -> [reason, denies]
+        self._tools: dict[str, int] = {}
+        self.paused = False
+        self.checks = 0
+        self.denies: dict[str, int] = {"duplicate": 0, "cap": 0, "interrupted": 0}
+        self.config = config if config is not None else Config()
+
+    # -- configuration ------------------------------------------------------------------------
+
+    @property
+    def config(self) -> Config:
+        return self._config
+
+    @config.setter
+    def config(self, config: Config) -> None:
+        """Swap the config live: counts are kept; windows shrink lazily on each agent's next call."""
+        self._config = config
+        self._ignore = frozenset(config.ignore_args)
+        self._exempt = frozenset(map(tool_class_name, config.exempt))
+        self._only = frozenset(map(tool_class_name, config.only))
+        self._tools.clear()
+        self._reasons: dict[tuple[str, str, int, int, str], str] = {}
+        while len(self._agents) > config.max_agents:
+            self._agents.popitem(last=False)
+        while len(self._interrupted) > config.max_agents:
+            self._interrupted.popitem(last=False)
+
+    def _classify(self, tool: str) -> int:
+        name = tool_class_name(tool)
+        if self._only:
+            kind = _JUDGED if name in self._only else _PASS
+        else:
+            kind = _PASS if name in self._exempt else _JUDGED
+        if len(self._tools) >= _TOOL_CACHE_MAX:
+            self._tools.clear()
+        self._tools[tool] = kind
+        return kind
+
+    # -- the decision -------------------------------------------------------------------------
+
+    def check(self, agent: str, tool: str, args: Any, now: float | None = None) -> Verdict:
+        """Decide one call of `tool` with `args` by `agent`; allowed calls are recorded.
+
+        `now` (seconds, any clock) is only stored for displays ("age of the last call").
+        """
+        self.checks += 1
+        if self._interrupted and agent in self._interrupted:
+            return self._deny_interrupted(agent, tool, now)
+        config = self._config
+        if not config.enabled or self.paused:
+            return _NOT_JUDGED
+        kind = self._tools.get(tool)
+        if kind is None:
+            kind = self._classify(tool)
+        if kind:
+            return _NOT_JUDGED
+
+        agents = self._agents
+        st = agents.get(agent)
+        if st is None:
+            st = agents[agent] = _Agent()
+            if len(agents) > config.max_agents:
+                agents.popitem(last=False)
+        else:
+            agents.move_to_end(agent)
+        st.last_tool = tool
+        st.last_seen = now
+
+        cap = config.max_calls_per_agent
+        if cap and st.calls >= cap:
+            return self._deny(st, agent, tool, "cap", st.calls, cap, now)
+
+        ring = st.ring
+        window = config.window
+        if len(ring) > window:  # the window was made smaller since this agent's last call
+            while len(ring) > window:
+                _evict(st, ring.popleft())
+
+        ignore = self._ignore
+        if ignore and isinstance(args, dict) and not ignore.isdisjoint(args):
+            args = {k: v for k, v in args.items() if k not in ignore}
+        try:
+            key: int | None = hash(orjson.dumps((tool, args), option=_SORT))
+        except Exception:  # unserializable: the guard cannot judge it, so it fails open
+            key = None
+
+        limit = config.duplicate_limit
+        if key is None:
+            n = 0
+        else:
+            counts = st.counts
+            n = counts.get(key, 0)
+            if n >= limit:
+                return self._deny(st, agent, tool, "duplicate", n, limit, now)
+            counts[key] = n + 1
+            if n == 1:
+                st.previews[key] = (tool, preview(tool, args))
+        ring.append(key)
+        st.calls += 1
+        if len(ring) > window:
+            _evict(st, ring.popleft())
+        return Verdict(True, None, "", n + 1, limit, False, True)
+
+    def _deny(self, st: _Agent, agent: str, tool: str, kind: str, count: int, limit: int, now: float | None) -> Verdict:
+        before = st.trips.get(kind, 0)
+        st.trips[kind] = before + 1
+        st.last_trip = (kind, tool, count, limit, now)
+        self.denies[kind] += 1
+        cache_key = (kind, tool, count, limit, agent)
+        reason = self._reasons.get(cache_key)
+        if reason is None:  # a looping agent gets the same text every time: fill it once
+            if len(self._reasons) >= _REASON_CACHE_MAX:
+                self._reasons.clear()
+            reason = self._reasons[cache_key] = self._fill(self._config.deny_message, tool, count, limit, kind, agent)
+        return Verdict(False, kind, reason, count, limit, before == 0, False)
+
+    def _deny_interrupted(self, agent: str, tool: str, now: float | None) -> Verdict:
+        entry = self._interrupted[agent]
+        self._interrupted.move_to_end(agent)
+        first = entry[1] == 0
+        entry[1] += 1
+        self.denies["interrupted"] += 1
+        st = self._agents.get(agent)
+        calls = 0
+        if st is not None:
+            self._agents.move_to_end(agent)
+            st.trips["interrupted"] = st.trips.get("interrupted", 0) + 1
+            st.last_tool = tool
+            st.last_seen = now
+            st.last_trip = ("interrupted", tool, st.calls, 0, now)
+            calls = st.calls
+        text = "Circuit breaker (interrupted): the operator stopped this agent; do not call any more tools."
+        if entry[0]:
+            text += f" Reason: {entry[0]}"
+        return Verdict(False, "interrupted", text, calls, 0, first, False)
+
+    @staticmethod
+    def _fill(message: str, tool: str, count: int, limit: int, kind: str, agent: str) -> str:
+        # One pass, so a tool name like "{count}" is never substituted into.
+        values = {"tool": tool, "count": str(count), "limit": str(limit), "kind": kind, "agent": agent}
+        return _PLACEHOLDER.sub(lambda m: values[m.group(1)], message)
+
+    # -- operator actions ---------------------------------------------------------------------
+
+    def interrupt(self, agent: str, reason: str = "") -> None:
+        """Deny every later call of `agent` (kind "interrupted") until `uninterrupt` or `end_agent`."""
+        if agent in self._interrupted:
+            self._interrupted[agent][0] = reason
+            return
+        self._interrupted[agent] = [reason, 0]
+        while len(self._interrupted) > self._config.max_agents:
+            self._interrupted.popitem(last=False)
+
+    def uninterrupt(self, agent: str) -> bool:
+        """Lift an operator interrupt; True if the agent was interrupted."""
+        return self._interrupted.pop(agent, None) is not None
+
+    def interrupted(self, agent: str) -> bool:
+        return agent in self._interrupted
+
+    def reset(self, agent: str) -> bool:
+        """Clear an agent's window, call count and trips (not an interrupt); True if it was tracked."""
+        if agent not in self._agents:
+            return False
+        self._agents[agent] = _Agent()
+        return True
+
+    def end_agent(self, agent: str) -> bool:
+        """The agent is gone: free its state and any interrupt. True if anything was held."""
+        held = self._agents.pop(agent, None) is not None
+        return (self._interrupted.pop(agent, None) is not None) or held
+
+    def pause(self) -> None:
+        """Allow every call without recording it (interrupts still apply)."""
+        self.paused = True
+
+    def resume(self) -> None:
+        self.paused = False
+
+    # -- read-only views ----------------------------------------------------------------------
+
+    def __len__(self) -> int:
+        return len(self._agents)
+
+    def __contains__(self, agent: object) -> bool:
+        return agent in self._agents
+
+    def agents(self) -> list[str]:
+        """Tracked agent ids, least recently active first."""
+        return list(self._agents)
+
+    def agent_view(self, agent: str) -> AgentView | None:
+        st = self._agents.get(agent)
+        if st is None:
+            if agent in self._interrupted:
+                st = _Agent()
+            else:
+                return None
+        return self._view(agent, st)
+
+    def _view(self, agent: str, st: _Agent) -> AgentView:
+        config = self._config
+        worst_count, worst_tool, worst_preview = (1 if st.counts else 0), "", ""
+        if st.previews:
+            key = max(st.previews, key=st.counts.__getitem__)
+            worst_count = st.counts[key]
+            worst_tool, worst_preview = st.previews[key]
+        elif st.ring:
+            worst_tool = st.last_tool
+        interrupt = self._interrupted.get(agent)
+        cap = config.max_calls_per_agent
+        if interrupt is not None:
+            status = "interrupted"
+        elif cap and st.calls >= cap:
+            status = "capped"
+        elif worst_count >= config.duplicate_limit:
+            status = "duplicate"
+        else:
+            status = "ok"
+        return AgentView(
+            agent=agent,
+            calls=st.calls,
+            window_fill=len(st.ring),
+            window=config.window,
+            cap=cap,
+            worst_count=worst_count,
+            worst_tool=worst_tool,
+            worst_preview=worst_preview,
+            duplicate_limit=config.duplicate_limit,
+            trips=dict(st.trips),
+            status=status,
+            last_tool=st.last_tool,
+            last_seen=st.last_seen,
+            last_trip=st.last_trip,
+            interrupt_reason=interrupt[0] if interrupt is not None else None,
+        )
+
+    def snapshot(self, top: int = 10) -> GuardView:
+        """Every tracked agent (most recently active first) and the `top` most repeated keys."""
+        views = [self._view(agent, st) for agent, st in reversed(self._agents.items())]
+        seen = set(self._agents)
+        views.extend(self._view(a, _Agent()) for a in reversed(self._interrupted) if a not in seen)
+        candidates = (
+            (st.counts[key], agent, tool, text)
+            for agent, st in self._agents.items()
+            for key, (tool, text) in st.previews.items()
+        )
+        best = heapq.nlargest(top, candidates, key=lambda c: c[0])
+        keys = [KeyView(agent=a, tool=t, preview=p, count=n) for n, a, t, p in best]
+        return GuardView(
+            agents=views,
+            top_keys=keys,
+            config=self._config,
+            paused=self.paused,
+            checks=self.checks,
+            denies=dict(self.denies),
+        )
+
+
+def _evict(st: _Agent, old: int | None) -> None:
+    if old is None:
+        return
+    n = st.counts[old] - 1
+    if n:
+        st.counts[old] = n
+        if n == 1:
+            del st.previews[old]
+    else:
+        del st.counts[old]

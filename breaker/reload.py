@@ -1,0 +1,119 @@
+"""Hot reload of the patch layer: watch the layers' directories and re-merge on any change."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import watchfiles
+
+from breaker.config import Config, ConfigError
+from breaker.patch import Loaded, PatchSources, load
+
+__all__ = ["ConfigWatcher"]
+
+log = logging.getLogger(__name__)
+
+
+class ConfigWatcher:
+    """Keeps `current` equal to the merged layers, or to the last good merge while a file is broken.
+
+    Editors save by writing a new file and renaming it over the old one, so the watch is on each
+    layer's directory (or its nearest existing ancestor while it does not exist yet), filtered to
+    the layer files. `on_change(loaded)` runs after every successful reload that changed something;
+    `on_error(error)` runs when a reload fails (the last good config stays in force).
+    """
+
+    def __init__(
+        self,
+        sources: PatchSources,
+        on_change: Callable[[Loaded], Any] | None = None,
+        on_error: Callable[[ConfigError], Any] | None = None,
+        *,
+        debounce_ms: int = 100,
+        force_polling: bool = False,
+    ) -> None:
+        self.sources = sources
+        self.on_change = on_change
+        self.on_error = on_error
+        self.debounce_ms = debounce_ms
+        self.force_polling = force_polling
+        self.current: Loaded | None = None
+        self.error: ConfigError | None = None
+        self.reloads = 0
+
+    @property
+    def config(self) -> Config:
+        """The config to run with: the last good merge, or the defaults if none ever loaded."""
+        return self.current.effective if self.current is not None else Config()
+
+    def reload(self) -> bool:
+        """Re-read every layer now; True if the config in force changed."""
+        try:
+            loaded = load(self.sources)
+        except ConfigError as exc:
+            self.error = exc
+            log.warning("patch layer not applied, keeping the last good config: %s", exc)
+            if self.on_error is not None:
+                self.on_error(exc)
+            return False
+        self.error = None
+        self.reloads += 1
+        changed = self.current is None or loaded != self.current
+        self.current = loaded
+        if changed and self.on_change is not None:
+            self.on_change(loaded)
+        return changed
+
+    def _targets(self) -> tuple[set[Path], set[Path]]:
+        """(files we care about, directories to watch)."""
+        files = {p.absolute() for p in self.sources.watched_files()}
+        dirs = set()
+        for f in files:
+            d = f.parent
+            while not d.is_dir() and d != d.parent:
+                d = d.parent
+            dirs.add(d)
+        return files, dirs
+
+    async def run(self, stop: asyncio.Event | None = None) -> None:
+        """Watch until `stop` is set (or the task is cancelled). Does an initial reload first."""
+        if self.current is None and self.error is None:
+            self.reload()
+        stop = stop or asyncio.Event()
+        first = True
+        while not stop.is_set():
+            if not first:
+                self.reload()  # catch what changed while the watch was being moved
+            first = False
+            files, dirs = self._targets()
+            ancestors = {a for f in files for a in f.parents}
+
+            def relevant(
+                _change: watchfiles.Change, path: str, files: set[Path] = files, ancestors: set[Path] = ancestors
+            ) -> bool:
+                p = Path(path)
+                return p in files or p in ancestors
+
+            rewatch = False
+            async for changes in watchfiles.awatch(
+                *dirs,
+                watch_filter=relevant,
+                debounce=self.debounce_ms,
+                step=20,
+                stop_event=stop,
+                recursive=False,
+                force_polling=self.force_polling,
+                poll_delay_ms=200,
+                ignore_permission_denied=True,
+            ):
+                self.reload()
+                # A layer directory that did not exist may exist now: watch it directly.
+                if any(Path(p) in ancestors for _c, p in changes) and self._targets()[1] != dirs:
+                    rewatch = True
+                    break
+            if not rewatch:
+                return

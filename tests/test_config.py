@@ -1,0 +1,154 @@
+"""Config keys, defaults and validation: every bad value names its key, what was expected and what was found."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from breaker import Config, ConfigError
+from breaker.config import DEFAULT_DENY_MESSAGE, KEYS
+
+
+def test_defaults_are_the_seeds():
+    c = Config()
+    assert c.to_mapping() == {
+        "enabled": True,
+        "duplicateLimit": 6,
+        "window": 200,
+        "maxCallsPerAgent": 300,
+        "exempt": ["todo_write", "ask_user_question", "exit_plan_mode"],
+        "only": [],
+        "ignoreArgs": ["description", "explanation", "reason", "thought", "purpose"],
+        "denyMessage": DEFAULT_DENY_MESSAGE,
+        "incidentLog": "",
+        "maxAgents": 10_000,
+    }
+
+
+def test_default_deny_message_has_the_seeds_placeholders():
+    for placeholder in ("{tool}", "{count}", "{limit}"):
+        assert placeholder in DEFAULT_DENY_MESSAGE
+
+
+def test_from_mapping_takes_camel_case_keys():
+    c = Config.from_mapping({"duplicateLimit": 3, "maxCallsPerAgent": 0, "exempt": ["a"], "incidentLog": "/x"})
+    assert (c.duplicate_limit, c.max_calls_per_agent, c.exempt, c.incident_log) == (3, 0, ("a",), "/x")
+    assert c.window == 200  # unspecified keys keep their defaults
+
+
+def test_from_mapping_none_is_the_defaults():
+    assert Config.from_mapping(None) == Config()
+
+
+def test_round_trip_through_the_mapping():
+    c = Config(duplicate_limit=2, exempt=("x",), only=("y",))
+    assert Config.from_mapping(c.to_mapping()) == c
+
+
+def test_only_changed_lists_the_keys_that_differ_from_the_defaults():
+    assert Config(window=50).to_mapping(only_changed=True) == {"window": 50}
+
+
+BAD_VALUES = {
+    "enabled": ["yes", 1, None, [True]],
+    "duplicateLimit": [0, -1, 1.5, "6", True, None, 10**12],
+    "window": [0, 100_001, 2.0, "200", False],
+    "maxCallsPerAgent": [-1, 0.5, "300", True, 10**12],
+    "exempt": ["todo_write", [1], [""], None, {"a": 1}, [None]],
+    "only": ["bash", [["bash"]], 3],
+    "ignoreArgs": ["description", [2], True],
+    "denyMessage": [None, 3, ["x"]],
+    "incidentLog": [None, 0, False, ["/tmp/x"]],
+    "maxAgents": [0, -5, "many", 10**9],
+}
+
+
+def test_every_key_has_bad_values_under_test():
+    assert set(BAD_VALUES) == set(KEYS)
+
+
+@pytest.mark.parametrize(("key", "value"), [(k, v) for k, vs in BAD_VALUES.items() for v in vs])
+def test_bad_value_raises_config_error_naming_the_key_expected_and_found(key, value):
+    with pytest.raises(ConfigError) as info:
+        Config.from_mapping({key: value})
+    err = info.value
+    assert err.keys == [key]
+    problem = err.problems[0]
+    assert problem.expected and problem.found
+    assert key in str(err) and "expected" in str(err) and "found" in str(err)
+
+
+def test_booleans_are_not_accepted_as_integers():
+    with pytest.raises(ConfigError, match=r"duplicateLimit: expected an integer from 1 to .*, found true"):
+        Config.from_mapping({"duplicateLimit": True})
+
+
+def test_a_string_number_is_described_as_a_string():
+    with pytest.raises(ConfigError, match=r"found '6' \(a string\)"):
+        Config.from_mapping({"duplicateLimit": "6"})
+
+
+def test_unknown_keys_are_reported_with_a_suggestion():
+    with pytest.raises(ConfigError) as info:
+        Config.from_mapping({"duplicatelimit": 3, "windw": 5})
+    assert info.value.keys == ["duplicatelimit", "windw"]
+    assert "did you mean duplicateLimit?" in str(info.value)
+    assert "did you mean window?" in str(info.value)
+
+
+def test_all_problems_are_reported_at_once():
+    with pytest.raises(ConfigError) as info:
+        Config.from_mapping({"window": 0, "enabled": "no", "bogus": 1})
+    assert sorted(info.value.keys) == ["bogus", "enabled", "window"]
+
+
+def test_a_non_mapping_config_is_an_error():
+    with pytest.raises(ConfigError, match="config: expected a mapping"):
+        Config.from_mapping(["duplicateLimit", 3])  # type: ignore[arg-type]
+
+
+def test_direct_construction_validates_too():
+    with pytest.raises(ConfigError, match="window"):
+        Config(window=0)
+
+
+def test_line_locations_prefix_the_problem():
+    with pytest.raises(ConfigError) as info:
+        Config.from_mapping({"window": -1}, where="f.yml", lines={"window": "f.yml:7"})
+    assert str(info.value).startswith("f.yml:7: window:")
+
+
+def test_window_smaller_than_duplicate_limit_is_valid_but_warned():
+    c = Config(window=3, duplicate_limit=6)
+    assert any("can never trip" in w for w in c.warnings)
+    assert not Config().warnings
+
+
+def test_config_is_immutable_and_hashable():
+    c = Config()
+    with pytest.raises(AttributeError):
+        c.window = 5  # type: ignore[misc]
+    assert hash(c) == hash(Config())
+
+
+@given(
+    st.dictionaries(
+        st.one_of(st.sampled_from(list(KEYS)), st.text(max_size=8)),
+        st.recursive(
+            st.one_of(st.none(), st.booleans(), st.integers(), st.floats(), st.text(max_size=5)),
+            lambda inner: st.one_of(
+                st.lists(inner, max_size=3), st.dictionaries(st.text(max_size=3), inner, max_size=3)
+            ),
+            max_leaves=5,
+        ),
+        max_size=6,
+    )
+)
+def test_any_mapping_gives_a_config_or_a_config_error(mapping):
+    try:
+        c = Config.from_mapping(mapping)
+    except ConfigError as err:
+        assert err.problems
+    else:
+        assert isinstance(c, Config)

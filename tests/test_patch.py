@@ -1,0 +1,544 @@
+"""The cordis patch layer: finding our row, dsh's precedence, and comment-preserving atomic writes."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from breaker import Config, ConfigError
+from breaker.patch import Loaded, PatchError, PatchSources, Tagged, _Loader, load, read_layer, write_config
+
+
+def dedent(text: str) -> str:
+    return textwrap.dedent(text).lstrip("\n")
+
+
+@pytest.fixture
+def home(tmp_path: Path) -> Path:
+    h = tmp_path / "dsh"
+    (h / "profiles" / "web").mkdir(parents=True)
+    return h
+
+
+def sources(home: Path, *patches: Path, profile: str | None = "web") -> PatchSources:
+    return PatchSources.from_env(profile=profile, patches=patches, environ={"DSH_HOME": str(home)})
+
+
+def put(path: Path, text: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(dedent(text))
+    return path
+
+
+# -- reading ---------------------------------------------------------------------------------------
+
+
+def test_row_inside_an_insert_list_is_read(home):
+    put(
+        home / "cordis.patch.yml",
+        """
+        - insert:
+            - id: other
+              name: x
+            - id: circuit-breaker
+              name: /abs/plugin.mjs
+              config:
+                duplicateLimit: 3
+        """,
+    )
+    loaded = load(sources(home))
+    assert loaded.config.duplicate_limit == 3
+    assert loaded.config_from.origin == "home"
+
+
+def test_bare_id_override_row_is_read(home):
+    put(
+        home / "profiles/web/cordis.patch.yml",
+        """
+        - id: circuit-breaker
+          config:
+            maxCallsPerAgent: 50
+            incidentLog: /workspace/.circuit-breaker-incidents.jsonl
+        """,
+    )
+    c = load(sources(home)).config
+    assert (c.max_calls_per_agent, c.incident_log) == (50, "/workspace/.circuit-breaker-incidents.jsonl")
+
+
+def test_no_layers_at_all_gives_the_defaults(tmp_path):
+    loaded = load(sources(tmp_path / "nothing-here"))
+    assert loaded.config == Config() and loaded.config_from is None and not loaded.disabled
+
+
+def test_dsh_home_defaults_to_dot_dsh_in_the_home_directory():
+    s = PatchSources.from_env(environ={})
+    assert s.dsh_home == Path("~/.dsh").expanduser()
+
+
+def test_precedence_profile_then_home_then_patch_files_later_wins(home, tmp_path):
+    row = "- id: circuit-breaker\n  config:\n    duplicateLimit: {}\n"
+    (home / "profiles/web/cordis.patch.yml").write_text(row.format(2))
+    assert load(sources(home)).config.duplicate_limit == 2
+    (home / "cordis.patch.yml").write_text(row.format(3))
+    assert load(sources(home)).config.duplicate_limit == 3
+    p1, p2 = tmp_path / "one.yml", tmp_path / "two.yml"
+    p1.write_text(row.format(4))
+    p2.write_text(row.format(5))
+    assert load(sources(home, p1)).config.duplicate_limit == 4
+    assert load(sources(home, p1, p2)).config.duplicate_limit == 5
+    assert load(sources(home, p2, p1)).config.duplicate_limit == 4
+
+
+def test_a_later_config_replaces_the_earlier_one_whole(home):
+    put(
+        home / "profiles/web/cordis.patch.yml",
+        """
+        - id: circuit-breaker
+          config: {duplicateLimit: 2, window: 50}
+        """,
+    )
+    put(
+        home / "cordis.patch.yml",
+        """
+        - id: circuit-breaker
+          config: {maxCallsPerAgent: 10}
+        """,
+    )
+    loaded = load(sources(home))
+    assert (loaded.config.duplicate_limit, loaded.config.window, loaded.config.max_calls_per_agent) == (6, 200, 10)
+    assert any("replaced whole" in n for n in loaded.notes)
+
+
+def test_a_later_row_without_config_keeps_the_earlier_config(home):
+    put(home / "profiles/web/cordis.patch.yml", "- id: circuit-breaker\n  config: {window: 40}\n")
+    put(home / "cordis.patch.yml", "- id: circuit-breaker\n  disabled: false\n")
+    loaded = load(sources(home))
+    assert loaded.config.window == 40 and loaded.config_from.origin == "profile"
+    assert [layer.origin for layer in loaded.row_in] == ["profile", "home"]
+
+
+def test_disabled_true_turns_the_guard_off(home):
+    put(home / "cordis.patch.yml", "- id: circuit-breaker\n  disabled: true\n  config: {window: 40}\n")
+    loaded = load(sources(home))
+    assert loaded.disabled and loaded.config.enabled and not loaded.effective.enabled
+    assert loaded.effective.window == 40
+
+
+def test_disabled_must_be_a_boolean(home):
+    put(home / "cordis.patch.yml", "- id: circuit-breaker\n  disabled: 'yes please'\n")
+    with pytest.raises(ConfigError, match=r"cordis.patch.yml:1: disabled: expected true or false"):
+        load(sources(home))
+
+
+def test_js_tags_in_other_rows_never_break_reading(home):
+    put(
+        home / "cordis.patch.yml",
+        """
+        - id: tools
+          config:
+            mode: !!js process.env.DSH_TOOLS_MODE
+        - insert:
+            - id: headless-runner
+              config:
+                task: !!js ctx.headlessStartup.task
+                weird: !custom {a: 1}
+            - id: circuit-breaker
+              config:
+                window: 77
+        - id: session-persistence-jsonl
+          config:
+            compression: !!js "process.env.X === undefined ? 'zstd' : 'none'"
+        """,
+    )
+    assert load(sources(home)).config.window == 77
+
+
+def test_a_js_expression_in_our_own_config_is_an_error_naming_the_key(home):
+    put(
+        home / "cordis.patch.yml",
+        """
+        - id: circuit-breaker
+          config:
+            duplicateLimit: !!js process.env.LIMIT
+        """,
+    )
+    with pytest.raises(ConfigError) as info:
+        load(sources(home))
+    assert info.value.keys == ["duplicateLimit"]
+    assert "!!js" in str(info.value) and "cordis.patch.yml:3" in str(info.value)
+
+
+def test_bad_value_error_names_file_line_and_key(home):
+    put(home / "cordis.patch.yml", "# comment\n- id: circuit-breaker\n  config:\n    window: 0\n")
+    with pytest.raises(ConfigError) as info:
+        load(sources(home))
+    assert str(info.value).startswith(f"{home / 'cordis.patch.yml'}:4: window: expected an integer")
+
+
+def test_yaml_syntax_error_names_file_and_line(home):
+    put(home / "cordis.patch.yml", "- id: circuit-breaker\n  config:\n    window: [1, 2\n")
+    with pytest.raises(PatchError) as info:
+        load(sources(home))
+    assert info.value.path == str(home / "cordis.patch.yml") and info.value.line is not None
+    assert "not valid YAML" in str(info.value)
+
+
+def test_top_level_mapping_is_a_clear_error(home):
+    put(home / "cordis.patch.yml", "circuit-breaker:\n  duplicateLimit: 3\n")
+    with pytest.raises(PatchError, match="a list of entries"):
+        load(sources(home))
+
+
+def test_empty_and_comment_only_files_hold_no_row(home):
+    (home / "cordis.patch.yml").write_text("")
+    (home / "profiles/web/cordis.patch.yml").write_text("# nothing yet\n")
+    assert load(sources(home)).config == Config()
+
+
+def test_non_utf8_file_is_a_clear_error(home):
+    (home / "cordis.patch.yml").write_bytes(b"- id: circuit-breaker\n  config: {denyMessage: \xff\xfe}\n")
+    with pytest.raises(PatchError, match="not UTF-8"):
+        load(sources(home))
+
+
+def test_a_directory_where_the_file_should_be_is_a_clear_error(home):
+    (home / "cordis.patch.yml").mkdir()
+    with pytest.raises(PatchError, match="is a directory"):
+        load(sources(home))
+
+
+def test_settings_yaml_circuit_breaker_section_is_warned_about(home):
+    put(home / "settings.yaml", "circuit-breaker:\n  duplicateLimit: 3\n")
+    loaded = load(sources(home))
+    assert loaded.config.duplicate_limit == 6  # it has no effect, as in dsh
+    note = next(n for n in loaded.notes if "settings.yaml" in n)
+    assert "no effect" in note and "cordis.patch.yml" in note
+
+
+def test_tolerant_loader_keeps_unknown_tags_as_values():
+    data = yaml.load("a: !!js process.env.X\nb: !foo [1]\n", Loader=_Loader)
+    assert data == {"a": Tagged("tag:yaml.org,2002:js", "process.env.X"), "b": Tagged("!foo", [1])}
+    assert data["a"].yaml_tag == "!!js"
+
+
+def test_read_layer_reports_the_form_of_each_row(tmp_path):
+    f = put(
+        tmp_path / "p.yml",
+        """
+        - insert:
+            - id: circuit-breaker
+        - id: circuit-breaker
+          config: {window: 9}
+        """,
+    )
+    assert [(r.form, r.line) for r in read_layer(f)] == [("insert", 2), ("override", 3)]
+
+
+YAML_ALPHABET = st.sampled_from(
+    [
+        *"- :{}[],#!&*|>'\"\n  \tidconfigwnrlbsktu0123456789",
+        *["!!js ", "circuit-breaker", "- id: ", "config:", "\n  ", "insert:", "%", "@", "`", "\\", "<<: ", "? "],
+        *["---\n", "..."],
+    ]
+)
+
+
+@settings(max_examples=400, suppress_health_check=[HealthCheck.too_slow], deadline=None)
+@given(st.lists(YAML_ALPHABET, max_size=60).map("".join))
+def test_random_yaml_never_raises_anything_but_a_config_error(tmp_path_factory, text):
+    home = tmp_path_factory.mktemp("rnd")
+    (home / "cordis.patch.yml").write_text(text)
+    try:
+        load(PatchSources(dsh_home=home))
+    except ConfigError:
+        pass
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.recursive(
+        st.one_of(st.none(), st.booleans(), st.integers(), st.floats(), st.text(max_size=6)),
+        lambda inner: st.one_of(st.lists(inner, max_size=3), st.dictionaries(st.text(max_size=6), inner, max_size=3)),
+        max_leaves=8,
+    )
+)
+def test_random_row_contents_never_raise_anything_but_a_config_error(tmp_path_factory, junk):
+    home = tmp_path_factory.mktemp("rnd")
+    doc = [{"id": "circuit-breaker", "config": junk}, {"insert": [{"id": "circuit-breaker", "disabled": junk}]}]
+    (home / "cordis.patch.yml").write_text(yaml.safe_dump(doc))
+    try:
+        load(PatchSources(dsh_home=home))
+    except ConfigError:
+        pass
+
+
+def test_deeply_nested_yaml_is_an_error_not_a_crash(home):
+    (home / "cordis.patch.yml").write_text("- id: circuit-breaker\n  config: " + "[" * 50_000 + "]" * 50_000 + "\n")
+    with pytest.raises(ConfigError):
+        load(sources(home))
+
+
+# -- writing ---------------------------------------------------------------------------------------
+
+MIXED = dedent("""
+    # Profile overrides. Do not reorder: the insert must come after the hmr row.
+    - id: hmr
+      disabled: false   # needed for user-layer watching
+      config: {root: []}
+
+    - id: tools
+      config:
+        mode: !!js process.env.DSH_TOOLS_MODE   # keep this expression
+
+    - insert:
+        # the plugin row
+        - id: circuit-breaker
+          name: /opt/cb/plugin.mjs
+          config:
+            duplicateLimit: 6     # the seed's default
+            exempt:
+              - todo_write        # planning is never a loop
+              - ask_user_question
+            incidentLog: /workspace/.circuit-breaker-incidents.jsonl
+        # a row after ours
+        - id: web-open
+          name: dsh-web-open
+
+    - id: session-persistence-jsonl
+      config:
+        compression: !!js "process.env.DSH_SNAPSHOT === undefined ? 'zstd' : 'none'"
+    # trailing comment
+    """)
+
+
+def row_span(text: str) -> tuple[int, int]:
+    """Character span from our row's first line to the line of the row after it."""
+    start = text.index("    - id: circuit-breaker")
+    end = text.index("    # a row after ours")
+    return start, end
+
+
+def test_write_changes_only_our_row_and_keeps_everything_else_byte_for_byte(tmp_path):
+    f = tmp_path / "cordis.patch.yml"
+    f.write_text(MIXED)
+    new = Config.from_mapping(
+        {
+            "duplicateLimit": 3,
+            "exempt": ["todo_write"],
+            "window": 50,
+            "incidentLog": "/workspace/.circuit-breaker-incidents.jsonl",
+        }
+    )
+    write_config(f, new)
+    after = f.read_text()
+    s0, e0 = row_span(MIXED)
+    s1, e1 = row_span(after)
+    assert after[:s1] == MIXED[:s0]
+    assert after[e1:] == MIXED[e0:]
+    assert "duplicateLimit: 3     # the seed's default" in after  # the comment on a changed line stays
+    assert "incidentLog: /workspace/.circuit-breaker-incidents.jsonl" in after
+    assert load(PatchSources(patches=(f,))).config == new
+
+
+def test_writing_the_same_config_leaves_the_file_byte_identical(tmp_path):
+    f = tmp_path / "cordis.patch.yml"
+    f.write_text(MIXED)
+    current = load(PatchSources(patches=(f,))).config
+    write_config(f, current)
+    assert f.read_text() == MIXED
+
+
+def test_write_keeps_the_order_of_the_rows_keys(tmp_path):
+    f = tmp_path / "cordis.patch.yml"
+    f.write_text(MIXED)
+    write_config(f, Config.from_mapping({"incidentLog": "/x", "duplicateLimit": 2, "exempt": []}))
+    after = f.read_text()
+    assert after.index("duplicateLimit: 2") < after.index("exempt: []") < after.index("incidentLog: /x")
+
+
+def test_write_adds_config_to_a_row_that_has_none(tmp_path):
+    f = put(
+        tmp_path / "p.yml",
+        """
+        - insert:
+            - id: circuit-breaker
+              name: /opt/cb/plugin.mjs   # path
+        - id: other
+        """,
+    )
+    write_config(f, Config(duplicate_limit=4))
+    after = f.read_text()
+    assert "name: /opt/cb/plugin.mjs   # path\n      config:\n        duplicateLimit: 4\n- id: other\n" in after
+    assert load(PatchSources(patches=(f,))).config.duplicate_limit == 4
+
+
+def test_write_appends_a_bare_override_row_when_the_file_has_none(tmp_path):
+    original = "# mine\n- id: hmr\n  disabled: false\n"
+    f = tmp_path / "p.yml"
+    f.write_text(original)
+    write_config(f, Config(window=100, exempt=("a", "b c")))
+    after = f.read_text()
+    assert after.startswith(original)
+    assert after[len(original) :] == '- id: circuit-breaker\n  config:\n    window: 100\n    exempt: [a, "b c"]\n'
+
+
+def test_write_creates_a_missing_file_and_its_directory(tmp_path):
+    f = tmp_path / "new" / "profiles" / "web" / "cordis.patch.yml"
+    write_config(f, Config(max_calls_per_agent=40))
+    assert load(PatchSources(patches=(f,))).config.max_calls_per_agent == 40
+
+
+def test_write_into_a_flow_style_config_and_a_flow_style_row(tmp_path):
+    f = put(tmp_path / "a.yml", "- {id: circuit-breaker, name: x}\n- id: circuit-breaker\n  config: {window: 9}  # c\n")
+    write_config(f, Config(window=10, duplicate_limit=2))
+    assert f.read_text().endswith("config: {window: 10, duplicateLimit: 2}  # c\n")
+    g = put(tmp_path / "b.yml", "- {id: circuit-breaker, name: x}  # flow row\n")
+    write_config(g, Config(window=10))
+    assert g.read_text() == "- {id: circuit-breaker, name: x, config: {window: 10}}  # flow row\n"
+
+
+def test_write_replaces_a_null_config(tmp_path):
+    f = put(tmp_path / "a.yml", "- id: circuit-breaker\n  config:\n- id: next\n")
+    write_config(f, Config(window=10))
+    assert f.read_text() == "- id: circuit-breaker\n  config:\n    window: 10\n- id: next\n"
+
+
+def test_write_rewrites_a_config_with_unknown_keys_whole(tmp_path):
+    f = put(tmp_path / "a.yml", "- id: circuit-breaker\n  config:\n    windw: 10\n    window: 5\n- id: next\n")
+    write_config(f, Config(window=8))
+    assert f.read_text() == "- id: circuit-breaker\n  config:\n    window: 8\n- id: next\n"
+
+
+def test_write_changes_a_block_scalar_deny_message(tmp_path):
+    f = put(
+        tmp_path / "a.yml",
+        """
+        - id: circuit-breaker
+          config:
+            denyMessage: >
+              Stop calling {tool}.
+            window: 9
+        """,
+    )
+    write_config(f, Config(deny_message='Say "no" to {tool}\nnow: \\ ok\u2028', window=9))
+    assert load(PatchSources(patches=(f,))).config.deny_message == 'Say "no" to {tool}\nnow: \\ ok\u2028'
+    assert "    window: 9\n" in f.read_text()
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    st.builds(
+        Config,
+        duplicate_limit=st.integers(1, 50),
+        window=st.integers(1, 1000),
+        max_calls_per_agent=st.integers(0, 10_000),
+        exempt=st.lists(st.text(min_size=1, max_size=8), max_size=3).map(tuple),
+        ignore_args=st.lists(st.text(min_size=1, max_size=8), max_size=3).map(tuple),
+        deny_message=st.text(max_size=40),
+        incident_log=st.text(max_size=20),
+        enabled=st.booleans(),
+    )
+)
+def test_any_valid_config_written_reads_back_equal(tmp_path, config):
+    f = tmp_path / "cordis.patch.yml"
+    f.write_text(MIXED)
+    write_config(f, config)
+    assert load(PatchSources(patches=(f,))).config == config
+    after = f.read_text()
+    assert after.startswith(MIXED[: row_span(MIXED)[0]]) and after.endswith(MIXED[row_span(MIXED)[1] :])
+
+
+def test_write_refuses_a_file_it_cannot_parse_and_leaves_it_alone(tmp_path):
+    f = tmp_path / "p.yml"
+    f.write_text("- id: [unclosed\n")
+    with pytest.raises(PatchError):
+        write_config(f, Config(window=5))
+    assert f.read_text() == "- id: [unclosed\n"
+
+
+def test_write_keeps_file_mode_and_symlinks(tmp_path):
+    real = tmp_path / "real.yml"
+    real.write_text("- id: circuit-breaker\n")
+    real.chmod(0o640)
+    link = tmp_path / "link.yml"
+    link.symlink_to(real)
+    write_config(link, Config(window=12))
+    assert link.is_symlink() and (real.stat().st_mode & 0o777) == 0o640
+    assert "window: 12" in real.read_text()
+
+
+def test_a_failed_rename_leaves_the_old_file_and_no_temporary(tmp_path, monkeypatch):
+    f = tmp_path / "p.yml"
+    f.write_text(MIXED)
+
+    def broken_replace(src, dst):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "replace", broken_replace)
+    with pytest.raises(OSError):
+        write_config(f, Config(window=5))
+    assert f.read_text() == MIXED
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["p.yml"]
+
+
+def test_a_crash_mid_write_leaves_the_old_file_whole(tmp_path):
+    f = tmp_path / "cordis.patch.yml"
+    f.write_text(MIXED)
+    marker = tmp_path / "writing"
+    child = textwrap.dedent(f"""
+        import os, sys, time
+        from pathlib import Path
+        from breaker import Config
+        from breaker.patch import write_config
+        real_fsync = os.fsync
+        def slow_fsync(fd):
+            Path({str(marker)!r}).write_text("x")
+            time.sleep(60)   # killed here: the new text is written to the temporary, not yet renamed
+        os.fsync = slow_fsync
+        write_config({str(f)!r}, Config(window=5))
+        """)
+    proc = subprocess.Popen([sys.executable, "-c", child])
+    deadline = time.monotonic() + 30
+    while not marker.exists():
+        assert proc.poll() is None, "the writer exited before reaching fsync"
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert f.read_text() == MIXED
+    assert load(PatchSources(patches=(f,))).config.window == 200
+
+
+# -- where edits go --------------------------------------------------------------------------------
+
+
+def test_write_target_is_the_highest_user_layer_holding_the_row(home, tmp_path):
+    bundle = put(tmp_path / "bundle.yml", "- insert:\n    - id: circuit-breaker\n      config: {window: 1}\n")
+    s = PatchSources(dsh_home=home, profile="web", bundles=(bundle,))
+    assert load(s).write_target() == home / "profiles/web/cordis.patch.yml"  # never the bundle
+    put(home / "cordis.patch.yml", "- id: circuit-breaker\n")
+    assert load(s).write_target() == home / "cordis.patch.yml"
+    extra = tmp_path / "extra.yml"
+    s2 = PatchSources(dsh_home=home, profile="web", patches=(extra,), bundles=(bundle,))
+    assert load(s2).write_target() == home / "cordis.patch.yml"  # extra does not hold the row
+    put(extra, "- id: circuit-breaker\n")
+    assert load(s2).write_target() == extra
+
+
+def test_a_write_to_the_target_takes_effect(home):
+    put(home / "profiles/web/cordis.patch.yml", "- id: circuit-breaker\n  config: {window: 30}\n")
+    put(home / "cordis.patch.yml", "- id: circuit-breaker\n  disabled: false\n")
+    loaded: Loaded = load(sources(home))
+    write_config(loaded.write_target(), loaded.config.replace(duplicate_limit=2))
+    after = load(sources(home))
+    assert (after.config.duplicate_limit, after.config.window) == (2, 30)

@@ -1,0 +1,170 @@
+"""Hot reload: real files, a real watcher; editors' rename-saves, broken files, late directories."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from breaker.patch import PatchSources
+from breaker.reload import ConfigWatcher
+
+ROW = "- id: circuit-breaker\n  config:\n    duplicateLimit: {}\n"
+
+
+async def until(predicate: Callable[[], bool], timeout: float = 10.0) -> float:
+    """Wait for `predicate`; returns the seconds it took (fails the test after `timeout`)."""
+    start = time.monotonic()
+    while not predicate():
+        assert time.monotonic() - start < timeout, "the watcher never saw the change"
+        await asyncio.sleep(0.01)
+    return time.monotonic() - start
+
+
+def run(body: Callable[[ConfigWatcher], object], sources: PatchSources, **kw) -> ConfigWatcher:
+    changes, errors = [], []
+    watcher = ConfigWatcher(sources, on_change=changes.append, on_error=errors.append, **kw)
+    watcher.changes, watcher.errors = changes, errors  # type: ignore[attr-defined]
+
+    async def main() -> None:
+        stop = asyncio.Event()
+        task = asyncio.create_task(watcher.run(stop))
+        await until(lambda: watcher.current is not None or watcher.error is not None)
+        await asyncio.sleep(0.2)  # let the inotify watch settle before the first edit
+        try:
+            await body(watcher)  # type: ignore[misc]
+        finally:
+            stop.set()
+            await asyncio.wait_for(task, 10)
+
+    asyncio.run(main())
+    return watcher
+
+
+def save_like_an_editor(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.swp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def test_a_rename_save_applies(tmp_path):
+    # How fast is measured by tests/bench/bench_reload.py (target: within a second).
+    f = tmp_path / "cordis.patch.yml"
+    f.write_text(ROW.format(6))
+
+    async def body(w: ConfigWatcher) -> None:
+        assert w.config.duplicate_limit == 6
+        save_like_an_editor(f, ROW.format(3))
+        await until(lambda: w.config.duplicate_limit == 3)
+
+    w = run(body, PatchSources(patches=(f,)))
+    assert [c.config.duplicate_limit for c in w.changes] == [6, 3]
+
+
+def test_the_default_debounce_leaves_room_for_the_one_second_target():
+    # watchfiles' own default waits 1.6 s for a quiet period; ours must not.
+    assert ConfigWatcher(PatchSources()).debounce_ms <= 200
+
+
+def test_an_in_place_write_applies(tmp_path):
+    f = tmp_path / "cordis.patch.yml"
+    f.write_text(ROW.format(6))
+
+    async def body(w: ConfigWatcher) -> None:
+        with open(f, "w") as fh:
+            fh.write(ROW.format(4))
+        await until(lambda: w.config.duplicate_limit == 4)
+
+    w = run(body, PatchSources(patches=(f,)))
+    assert w.changes[-1].config.duplicate_limit == 4
+
+
+def test_a_broken_file_keeps_the_last_good_config_and_reports_why(tmp_path):
+    f = tmp_path / "cordis.patch.yml"
+    f.write_text(ROW.format(5))
+
+    async def body(w: ConfigWatcher) -> None:
+        save_like_an_editor(f, "- id: circuit-breaker\n  config:\n    duplicateLimit: [5\n")
+        await until(lambda: w.error is not None)
+        assert w.config.duplicate_limit == 5
+        assert str(f) in str(w.error)
+        save_like_an_editor(f, "- id: circuit-breaker\n  config:\n    duplicateLimit: 0\n")
+        await until(lambda: w.error is not None and "duplicateLimit" in str(w.error))
+        assert w.config.duplicate_limit == 5
+        save_like_an_editor(f, ROW.format(2))
+        await until(lambda: w.config.duplicate_limit == 2)
+        assert w.error is None
+
+    w = run(body, PatchSources(patches=(f,)))
+    assert len(w.errors) >= 2
+
+
+def test_a_profile_directory_created_later_is_watched(tmp_path):
+    home = tmp_path / "dsh"
+    home.mkdir()
+    sources = PatchSources(dsh_home=home, profile="web")
+
+    async def body(w: ConfigWatcher) -> None:
+        assert w.config.duplicate_limit == 6
+        profile = home / "profiles" / "web"
+        profile.mkdir(parents=True)
+        await asyncio.sleep(0.3)
+        save_like_an_editor(profile / "cordis.patch.yml", ROW.format(2))
+        await until(lambda: w.config.duplicate_limit == 2)
+        save_like_an_editor(profile / "cordis.patch.yml", ROW.format(4))
+        await until(lambda: w.config.duplicate_limit == 4)
+
+    run(body, sources)
+
+
+def test_deleting_the_layer_falls_back_to_the_layer_below(tmp_path):
+    home = tmp_path / "dsh"
+    (home / "profiles" / "web").mkdir(parents=True)
+    (home / "profiles" / "web" / "cordis.patch.yml").write_text(ROW.format(3))
+    (home / "cordis.patch.yml").write_text(ROW.format(2))
+
+    async def body(w: ConfigWatcher) -> None:
+        assert w.config.duplicate_limit == 2
+        (home / "cordis.patch.yml").unlink()
+        await until(lambda: w.config.duplicate_limit == 3)
+
+    run(body, PatchSources(dsh_home=home, profile="web"))
+
+
+def test_unrelated_files_in_the_directory_do_not_trigger_reloads(tmp_path):
+    f = tmp_path / "cordis.patch.yml"
+    f.write_text(ROW.format(6))
+
+    async def body(w: ConfigWatcher) -> None:
+        before = w.reloads
+        for i in range(20):
+            (tmp_path / f"noise-{i}.txt").write_text("x")
+        await asyncio.sleep(0.5)
+        assert w.reloads == before
+        f.write_text(ROW.format(3))
+        await until(lambda: w.reloads > before)
+
+    run(body, PatchSources(patches=(f,)))
+
+
+def test_polling_mode_sees_changes_too(tmp_path):
+    f = tmp_path / "cordis.patch.yml"
+    f.write_text(ROW.format(6))
+
+    async def body(w: ConfigWatcher) -> None:
+        await asyncio.sleep(0.5)
+        save_like_an_editor(f, ROW.format(3))
+        await until(lambda: w.config.duplicate_limit == 3)
+
+    run(body, PatchSources(patches=(f,)), force_polling=True)
+
+
+def test_a_broken_file_at_start_runs_with_the_defaults_and_reports(tmp_path):
+    f = tmp_path / "cordis.patch.yml"
+    f.write_text("{{{")
+    w = ConfigWatcher(PatchSources(patches=(f,)))
+    assert not w.reload()
+    assert w.current is None and w.error is not None
+    assert w.config.duplicate_limit == 6
