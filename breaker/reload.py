@@ -42,6 +42,7 @@ class ConfigWatcher:
         self.debounce_ms = debounce_ms
         self.force_polling = force_polling
         self.current: Loaded | None = None
+        self._seen: tuple[tuple[int, int, int] | None, ...] = ()
         self.error: ConfigError | None = None
         self.reloads = 0
 
@@ -50,8 +51,19 @@ class ConfigWatcher:
         """The config to run with: the last good merge, or the defaults if none ever loaded."""
         return self.current.effective if self.current is not None else Config()
 
+    def _fingerprint(self) -> tuple[tuple[int, int, int] | None, ...]:
+        out: list[tuple[int, int, int] | None] = []
+        for path in self.sources.watched_files():
+            try:
+                st = path.stat()
+                out.append((st.st_mtime_ns, st.st_size, st.st_ino))
+            except OSError:
+                out.append(None)
+        return tuple(out)
+
     def reload(self) -> bool:
         """Re-read every layer now; True if the config in force changed."""
+        self._seen = self._fingerprint()
         try:
             loaded = load(self.sources)
         except ConfigError as exc:
@@ -105,11 +117,19 @@ class ConfigWatcher:
                 debounce=self.debounce_ms,
                 step=20,
                 stop_event=stop,
+                rust_timeout=500,
+                yield_on_timeout=True,
                 recursive=False,
                 force_polling=self.force_polling,
                 poll_delay_ms=200,
                 ignore_permission_denied=True,
             ):
+                if not changes:
+                    # A quiet half second. Events can be missed (a save racing the watch's start,
+                    # a poller's first scan), so compare the files' stat with the last reload's.
+                    if self._fingerprint() != self._seen:
+                        self.reload()
+                    continue
                 self.reload()
                 # A layer directory that did not exist may exist now: watch it directly.
                 if any(Path(p) in ancestors for _c, p in changes) and self._targets()[1] != dirs:

@@ -23,7 +23,7 @@ async def until(predicate: Callable[[], bool], timeout: float = 10.0) -> float:
     return time.monotonic() - start
 
 
-def run(body: Callable[[ConfigWatcher], object], sources: PatchSources, **kw) -> ConfigWatcher:
+def run(body: Callable[[ConfigWatcher], object], sources: PatchSources, settle: float = 0.2, **kw) -> ConfigWatcher:
     changes, errors = [], []
     watcher = ConfigWatcher(sources, on_change=changes.append, on_error=errors.append, **kw)
     watcher.changes, watcher.errors = changes, errors  # type: ignore[attr-defined]
@@ -32,7 +32,7 @@ def run(body: Callable[[ConfigWatcher], object], sources: PatchSources, **kw) ->
         stop = asyncio.Event()
         task = asyncio.create_task(watcher.run(stop))
         await until(lambda: watcher.current is not None or watcher.error is not None)
-        await asyncio.sleep(0.2)  # let the inotify watch settle before the first edit
+        await asyncio.sleep(settle)  # let the inotify watch settle before the first edit
         try:
             await body(watcher)  # type: ignore[misc]
         finally:
@@ -168,3 +168,14 @@ def test_a_broken_file_at_start_runs_with_the_defaults_and_reports(tmp_path):
     assert not w.reload()
     assert w.current is None and w.error is not None
     assert w.config.duplicate_limit == 6
+
+
+def test_a_save_racing_the_start_of_the_watch_is_not_lost(tmp_path):
+    f = tmp_path / "cordis.patch.yml"
+    f.write_text(ROW.format(6))
+
+    async def body(w: ConfigWatcher) -> None:
+        save_like_an_editor(f, ROW.format(3))  # at once: the directory watch may not be in place yet
+        await until(lambda: w.config.duplicate_limit == 3)
+
+    run(body, PatchSources(patches=(f,)), settle=0, force_polling=True)
