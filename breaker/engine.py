@@ -373,21 +373,28 @@ class Guard:
             interrupt_reason=interrupt[0] if interrupt is not None else None,
         )
 
-    def snapshot(self, top: int = 10) -> GuardView:
-        """Every tracked agent (most recently active first) and the `top` most repeated keys."""
-        views = [self._view(agent, st) for agent, st in reversed(self._agents.items())]
-        seen = set(self._agents)
-        views.extend(self._view(a, _Agent()) for a in reversed(self._interrupted) if a not in seen)
+    def interrupted_agents(self) -> list[str]:
+        """Agents under an operator interrupt (tracked or not)."""
+        return list(self._interrupted)
+
+    def top_keys(self, top: int = 10) -> list[KeyView]:
+        """The `top` most repeated keys across all agents' windows (keys seen at least twice)."""
         candidates = (
             (st.counts[key], agent, tool, text)
             for agent, st in self._agents.items()
             for key, (tool, text) in st.previews.items()
         )
         best = heapq.nlargest(top, candidates, key=lambda c: c[0])
-        keys = [KeyView(agent=a, tool=t, preview=p, count=n) for n, a, t, p in best]
+        return [KeyView(agent=a, tool=t, preview=p, count=n) for n, a, t, p in best]
+
+    def snapshot(self, top: int = 10) -> GuardView:
+        """Every tracked agent (most recently active first) and the `top` most repeated keys."""
+        views = [self._view(agent, st) for agent, st in reversed(self._agents.items())]
+        seen = set(self._agents)
+        views.extend(self._view(a, _Agent()) for a in reversed(self._interrupted) if a not in seen)
         return GuardView(
             agents=views,
-            top_keys=keys,
+            top_keys=self.top_keys(top),
             config=self._config,
             paused=self.paused,
             checks=self.checks,

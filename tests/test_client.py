@@ -1,0 +1,194 @@
+"""The client library (sync and asyncio) against a real guard process."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+
+import pytest
+
+from breaker.client import AsyncGuardClient, Decision, GuardClient, GuardError
+from tests.conftest import request
+
+
+def test_sync_client_gets_allow_then_a_duplicate_deny(guard):
+    with GuardClient(guard.socket, harness="pytest") as client:
+        decisions = [client.check("a", "bash", {"command": "make"}) for _ in range(7)]
+    assert decisions[:6] == [Decision(True)] * 6
+    deny = decisions[6]
+    assert (deny.allowed, deny.kind, deny.count, deny.limit, deny.fallback) == (False, "duplicate", 6, 6, False)
+    assert deny.reason
+
+
+def test_the_handshake_is_sent_with_the_first_request_and_recorded(guard):
+    client = GuardClient(guard.socket, harness="my-harness", version="9.9")
+    client.check("a", "t", {})
+    client.check("a", "t", {"x": 1})
+    assert client.server_info["server"] == "cbconsole-guard" and client.server_info["pid"] == guard.pid
+    stats = request(guard.socket, {"op": "stats", "id": 1})["stats"]
+    assert stats["harnesses"] == {"my-harness": 1}
+    client.close()
+
+
+def test_unreachable_guard_fails_open_counts_misses_and_logs_once(tmp_path, caplog):
+    client = GuardClient(tmp_path / "nobody.sock", timeout=0.2)
+    with caplog.at_level(logging.WARNING, logger="cbconsole.client"):
+        decisions = [client.check("a", "t", {"i": i}) for i in range(5)]
+    assert all(d.allowed and d.fallback for d in decisions)
+    assert client.misses == 5
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 1 and "unreachable" in lines[0] and "fail open" in lines[0]
+
+
+def test_unreachable_guard_with_fail_closed_denies_with_kind_unavailable(tmp_path):
+    d = GuardClient(tmp_path / "nobody.sock", fail_closed=True).check("a", "t", {})
+    assert (d.allowed, d.kind, d.fallback) == (False, "unavailable", True)
+
+
+def test_the_client_logs_when_the_guard_is_back(guard, caplog):
+    client = GuardClient(guard.socket, timeout=0.3)
+    guard.stop()
+    with caplog.at_level(logging.WARNING, logger="cbconsole.client"):
+        assert client.check("a", "t", {}).fallback
+        guard.start()
+        assert not client.check("a", "t", {"n": 1}).fallback
+    assert any("back at" in r.getMessage() and "1 call(s) were not checked" in r.getMessage() for r in caplog.records)
+
+
+def test_args_json_cannot_carry_are_allowed_and_counted_by_the_guard(guard):
+    client = GuardClient(guard.socket, fail_closed=True)
+    decisions = [client.check("a", "write", {"data": b"\x00\x01"}) for _ in range(8)]
+    assert all(d.allowed and not d.fallback for d in decisions)  # never duplicates: they match nothing
+    state = request(guard.socket, {"op": "snapshot", "id": 1})["state"]
+    assert state["agents"][0]["calls"] == 8
+
+
+def test_a_sync_client_is_safe_to_share_between_threads(guard):
+    client = GuardClient(guard.socket)
+    results: list[bool] = []
+
+    def worker(n: int) -> None:
+        for i in range(200):
+            results.append(client.check(f"t{n}", "read", {"i": i}).allowed)
+
+    threads = [threading.Thread(target=worker, args=(n,)) for n in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(results) == 1600 and all(results)
+    assert request(guard.socket, {"op": "stats", "id": 1})["stats"]["checks"] == 1600
+
+
+def test_sync_client_interrupt_callback_fires_on_poll_and_later_calls_are_denied(guard):
+    told: list[tuple[str, str]] = []
+    client = GuardClient(guard.socket, on_interrupt=lambda agent, reason: told.append((agent, reason)))
+    client.check("worker-1", "web_search", {"q": "x"})
+    request(guard.socket, {"op": "interrupt", "id": 1, "agent": "worker-1", "reason": "operator says stop"})
+    deadline = time.monotonic() + 5
+    while not told and time.monotonic() < deadline:
+        client.poll_events()
+        time.sleep(0.01)
+    assert told == [("worker-1", "operator says stop")]
+    d = client.check("worker-1", "read", {"p": 1})
+    assert (d.allowed, d.kind) == (False, "interrupted")
+
+
+def test_sync_client_sees_an_interrupt_pushed_before_its_next_reply(guard):
+    told: list[str] = []
+    client = GuardClient(guard.socket, on_interrupt=lambda agent, reason: told.append(agent))
+    client.check("w", "t", {})
+    request(guard.socket, {"op": "interrupt", "id": 1, "agent": "w"})
+    time.sleep(0.1)
+    assert client.check("w", "t", {"n": 2}).kind == "interrupted"
+    assert told == ["w"]
+
+
+def test_operator_requests_raise_guard_error_with_the_code(guard):
+    client = GuardClient(guard.socket)
+    with pytest.raises(GuardError) as info:
+        client.request("config_set", changes={"window": -1})
+    assert info.value.code == "bad_config"
+    assert client.request("ping")["pong"] is True
+
+
+def test_agent_end_through_the_client(guard, tmp_path):
+    client = GuardClient(guard.socket)
+    for _ in range(6):
+        client.check("a", "t", {})
+    assert not client.check("a", "t", {}).allowed
+    assert client.agent_end("a")
+    assert client.check("a", "t", {}).allowed
+    assert not GuardClient(tmp_path / "none.sock", timeout=0.1).agent_end("a")
+
+
+# -- asyncio ------------------------------------------------------------------------------------------
+
+
+def test_async_client_checks_concurrently_on_one_connection(guard):
+    async def main() -> list[Decision]:
+        async with AsyncGuardClient(guard.socket, harness="async-test") as client:
+            return await asyncio.gather(*(client.check(f"a{i % 4}", "read", {"i": i}) for i in range(400)))
+
+    decisions = asyncio.run(main())
+    assert len(decisions) == 400 and all(d.allowed and not d.fallback for d in decisions)
+    stats = request(guard.socket, {"op": "stats", "id": 1})["stats"]
+    assert stats["checks"] == 400
+
+
+def test_async_client_gets_the_interrupt_push_without_asking(guard):
+    async def main() -> tuple[str, str]:
+        got: asyncio.Future[tuple[str, str]] = asyncio.get_running_loop().create_future()
+
+        async def on_interrupt(agent: str, reason: str) -> None:
+            got.set_result((agent, reason))
+
+        async with AsyncGuardClient(guard.socket, on_interrupt=on_interrupt) as client:
+            await client.check("async-agent", "t", {})
+            await asyncio.to_thread(
+                request, guard.socket, {"op": "interrupt", "id": 9, "agent": "async-agent", "reason": "r"}
+            )
+            return await asyncio.wait_for(got, 5)
+
+    assert asyncio.run(main()) == ("async-agent", "r")
+
+
+def test_async_client_fails_open_then_reconnects_by_itself(guard):
+    async def main() -> None:
+        client = AsyncGuardClient(guard.socket, timeout=0.3)
+        assert not (await client.check("a", "t", {})).fallback
+        guard.kill9()
+        d = await client.check("a", "t", {"n": 1})
+        assert d.allowed and d.fallback and client.misses == 1
+        await asyncio.to_thread(guard.start)
+        for _ in range(100):
+            d = await client.check("a", "t", {"n": 2})
+            if not d.fallback:
+                break
+            await asyncio.sleep(0.05)
+        assert not d.fallback
+        await client.close()
+
+    asyncio.run(main())
+
+
+def test_async_client_fail_closed(tmp_path):
+    async def main() -> Decision:
+        return await AsyncGuardClient(tmp_path / "none.sock", fail_closed=True, timeout=0.2).check("a", "t", {})
+
+    d = asyncio.run(main())
+    assert (d.allowed, d.kind) == (False, "unavailable")
+
+
+def test_async_client_subscribes_to_state_events(guard):
+    async def main() -> dict:
+        events: asyncio.Queue[dict] = asyncio.Queue()
+        async with AsyncGuardClient(guard.socket, role="console", on_event=events.put_nowait, timeout=2) as client:
+            await client.request("subscribe")
+            first = await asyncio.wait_for(events.get(), 5)
+            return first
+
+    first = asyncio.run(main())
+    assert first["event"] == "state" and first["full"] is True
