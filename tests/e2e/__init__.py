@@ -1,0 +1,1 @@
+"""End-to-end tests with the real harnesses against a scripted fake model (see README.md)."""
