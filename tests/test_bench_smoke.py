@@ -18,7 +18,8 @@ PROMISES = {
     ],
     "bench_reload.py": [r"median\s+[\d.]+ ms\s+p99\s+[\d.]+ ms\s+ratio\s+[\d.]+x"],
     "bench_server.py": [
-        r"echo p50\s+[\d.]+ us p99\s+[\d.]+ us .*guard check p50\s+[\d.]+ us p99\s+[\d.]+ us\s+[\d,]+ checks/s \| ratio p50\s+[\d.]+x",
+        r"echo p50\s+[\d.]+ us p99\s+[\d.]+ us .*"
+        r"guard check p50\s+[\d.]+ us p99\s+[\d.]+ us\s+[\d,]+ checks/s \| ratio p50\s+[\d.]+x",
         r"guard RSS: [\d.]+ MiB idle, [\d.]+ MiB with",
     ],
 }
