@@ -32,6 +32,17 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--profile", metavar="NAME", help="the dsh profile whose patch layer to read ($DSH_HOME/profiles/NAME)"
     )
+    p.add_argument("--attach", action="store_true", help="attach to a running guard; never start one")
+    p.add_argument("--theme", metavar="NAME", help="dark (default), light, high-contrast, or a theme of yours")
+    p.add_argument("--readonly", action="store_true", help="watch only: every action that changes the guard is off")
+    p.add_argument("--demo", action="store_true", help="a private guard driven by simulated looping agents")
+    p.add_argument(
+        "--replay", metavar="PATH", action="append", help="play a transcript into the live guard (repeatable)"
+    )
+    p.add_argument(
+        "--speed", type=float, default=1.0, help="replay speed (1 = as recorded, 10 = ten times faster, 0 = at once)"
+    )
+    p.add_argument("--leave-running", action="store_true", help="on quit, leave the guard this console started running")
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     p.add_argument("--version", action="version", version=f"cbconsole {__version__}")
     return p
@@ -39,20 +50,42 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    logging.basicConfig(
-        level=args.log_level.upper(),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
     socket_path = Path(args.socket).expanduser() if args.socket else default_socket_path()
     if args.headless:
+        logging.basicConfig(
+            level=args.log_level.upper(),
+            format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+            stream=sys.stderr,
+        )
         from breaker.patch import PatchSources
         from breaker.server import serve
 
         sources = PatchSources.from_env(profile=args.profile, patches=args.patch)
         return serve(socket_path, sources)
-    print("cbconsole: the console screen is not part of this version yet; run `cbconsole --headless`.", file=sys.stderr)
-    return 2
+    if args.demo and (args.attach or args.replay):
+        print(
+            "cbconsole: --demo runs its own private guard; it cannot be combined with --attach or --replay",
+            file=sys.stderr,
+        )
+        return 2
+    if args.speed < 0:
+        print("cbconsole: --speed must be 0 (as fast as possible) or more", file=sys.stderr)
+        return 2
+    from console.app import CBConsole  # Textual is imported only for the screen
+
+    mode = "demo" if args.demo else "replay" if args.replay else "attach" if args.attach else "own"
+    app = CBConsole(
+        socket_path=socket_path,
+        mode=mode,
+        patches=[str(Path(p).expanduser().absolute()) for p in args.patch],
+        profile=args.profile,
+        theme=args.theme,
+        readonly=args.readonly,
+        leave_running=args.leave_running,
+        replay=args.replay,
+        speed=args.speed,
+    )
+    return app.run() or 0
 
 
 if __name__ == "__main__":

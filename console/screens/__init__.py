@@ -1,0 +1,1 @@
+"""Modal screens: confirmations, the config form, help."""

@@ -1,0 +1,51 @@
+"""Help: what the screen shows and every key."""
+
+from __future__ import annotations
+
+from rich.table import Table
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import VerticalScroll
+from textual.screen import ModalScreen
+from textual.widgets import Static
+
+__all__ = ["HelpScreen"]
+
+ABOUT = (
+    "cbconsole watches the circuit breaker that sits between your agents and their tools. An agent "
+    "that repeats the same call duplicateLimit times in its window is denied; one that makes "
+    "maxCallsPerAgent calls is capped. Rows are sorted most dangerous first: live loops, capped, "
+    "interrupted, then whoever is closest to a limit.\n"
+)
+
+
+class HelpScreen(ModalScreen[None]):
+    DEFAULT_CSS = """
+    HelpScreen { align: center middle; }
+    HelpScreen > VerticalScroll { width: 90; height: 80%; border: thick $primary; background: $surface; padding: 1 2; }
+    """
+    BINDINGS = [
+        Binding("escape,q,question_mark", "close", "Close", id="help.close", tooltip="Close the help"),
+    ]
+
+    def __init__(self, keys: list[tuple[str, str, str]]) -> None:
+        super().__init__()
+        self.keys = keys
+
+    def compose(self) -> ComposeResult:
+        table = Table(show_header=True, box=None, expand=True)
+        table.add_column("key", no_wrap=True, style="bold")
+        table.add_column("action", no_wrap=True)
+        table.add_column("what it does")
+        for key, action, tooltip in self.keys:
+            table.add_row(Text(key), Text(action), Text(tooltip))
+        with VerticalScroll():
+            yield Static(Text(ABOUT))
+            yield Static(table)
+            yield Static(
+                Text("\nEvery action is also in the command palette (ctrl+p). Escape closes this.", style="dim")
+            )
+
+    def action_close(self) -> None:
+        self.dismiss(None)

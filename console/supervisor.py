@@ -1,0 +1,141 @@
+"""The guard as the console's child process: started, watched, restarted if it dies, stopped on quit."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from breaker.client import GuardClient, GuardError, GuardUnavailable
+
+__all__ = ["GuardSupervisor", "live_guard"]
+
+MAX_QUICK_RESTARTS = 5  # deaths within QUICK seconds of a start before we stop trying
+QUICK = 5.0
+
+
+def live_guard(socket_path: Path) -> dict | None:
+    """The hello of a guard answering on `socket_path`, or None."""
+    client = GuardClient(socket_path, timeout=0.5, hello=False)
+    try:
+        return client.request("hello", harness="cbconsole-probe", role="console")
+    except (GuardUnavailable, GuardError):
+        return None
+    finally:
+        client.close()
+
+
+class GuardSupervisor:
+    """Runs `cbconsole --headless` with the console's flags; `on_status(status, note)` reports to the screen."""
+
+    def __init__(
+        self,
+        socket_path: Path,
+        *,
+        patches: list[str],
+        profile: str | None,
+        log_path: Path,
+        on_status: Callable[[str, str], None],
+        env: dict[str, str] | None = None,
+    ) -> None:
+        self.socket_path = socket_path
+        self.patches = patches
+        self.profile = profile
+        self.log_path = log_path
+        self.on_status = on_status
+        self.env = env
+        self.proc: asyncio.subprocess.Process | None = None
+        self.restarts = 0
+        self._stopping = False
+        self._watch: asyncio.Task[None] | None = None
+        self._quick_deaths = 0
+
+    def command(self) -> list[str]:
+        cmd = [sys.executable, "-m", "console.cli", "--headless", "--socket", str(self.socket_path)]
+        for patch in self.patches:
+            cmd += ["--patch", patch]
+        if self.profile:
+            cmd += ["--profile", self.profile]
+        return cmd
+
+    async def start(self) -> None:
+        await self._spawn()
+        self._watch = asyncio.create_task(self._supervise(), name="guard-supervisor")
+
+    async def _spawn(self) -> None:
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.log_path, "ab") as log:
+            log.write(f"--- {time.strftime('%Y-%m-%d %H:%M:%S')} starting the guard ---\n".encode())
+            log.flush()
+            self.proc = await asyncio.create_subprocess_exec(
+                *self.command(),
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.DEVNULL,
+                stderr=log,
+                env=self.env,
+                cwd=str(Path(__file__).resolve().parents[1]),
+                start_new_session=True,  # the terminal's signals are the console's, not the guard's
+            )
+        self._started_at = time.monotonic()
+
+    async def _supervise(self) -> None:
+        while not self._stopping:
+            assert self.proc is not None
+            code = await self.proc.wait()
+            if self._stopping:
+                return
+            quick = time.monotonic() - self._started_at < QUICK
+            self._quick_deaths = self._quick_deaths + 1 if quick else 0
+            tail = self.log_tail()
+            if self._quick_deaths >= MAX_QUICK_RESTARTS:
+                self.on_status("stopped", f"the guard keeps dying (exit {code}); not restarting. {tail}")
+                return
+            self.restarts += 1
+            self.on_status("restarting", f"the guard exited (code {code}); restarting (#{self.restarts}). {tail}")
+            await asyncio.sleep(min(2.0, 0.2 * 2**self._quick_deaths))
+            await self._spawn()
+
+    def log_tail(self, lines: int = 1) -> str:
+        try:
+            text = self.log_path.read_text(errors="replace").strip().splitlines()
+        except OSError:
+            return ""
+        return " | ".join(text[-lines:])
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc is not None and self.proc.returncode is None else None
+
+    async def stop(self) -> None:
+        self._stopping = True
+        if self._watch is not None:
+            self._watch.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._watch
+        proc = self.proc
+        if proc is None or proc.returncode is not None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            proc.send_signal(signal.SIGTERM)
+        try:
+            await asyncio.wait_for(proc.wait(), 5)
+        except TimeoutError:
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
+            await proc.wait()
+
+    def detach(self) -> None:
+        """Leave the guard running when the console exits."""
+        self._stopping = True
+        if self._watch is not None:
+            self._watch.cancel()
+
+
+def default_log_path() -> Path:
+    state = Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state")
+    return state / "cbconsole" / "guard.log"

@@ -1,0 +1,119 @@
+"""Themes as data files: `themes/*.yaml` (and the user's own) turned into Textual themes, every error reported."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+from textual.color import Color, ColorParseError
+from textual.theme import Theme
+
+__all__ = ["THEME_VARIABLES", "ThemeLoad", "load_themes", "theme_dirs"]
+
+# The console's own colour roles; every theme must give them (the dark theme's values are the fallback).
+THEME_VARIABLES = {
+    "trip": "#ff6b6b",
+    "cap": "#ff9f45",
+    "interrupted": "#c586e8",
+    "ok": "#76c893",
+    "warn": "#e5c07b",
+    "exempt": "#5fc4e0",
+    "muted": "#7d8794",
+}
+_COLOR_FIELDS = (
+    "primary",
+    "secondary",
+    "accent",
+    "warning",
+    "error",
+    "success",
+    "foreground",
+    "background",
+    "surface",
+    "panel",
+    "boost",
+)
+_KNOWN = {"name", "dark", "variables", "luminosity_spread", "text_alpha", *_COLOR_FIELDS}
+
+
+@dataclass
+class ThemeLoad:
+    themes: dict[str, Theme] = field(default_factory=dict)  # by name, in load order
+    errors: list[str] = field(default_factory=list)
+
+
+def theme_dirs() -> list[Path]:
+    """The shipped themes, then the user's (`$XDG_CONFIG_HOME/cbconsole/themes`), which may override them."""
+    config = Path(os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config")
+    return [Path(__file__).resolve().parents[1] / "themes", config / "cbconsole" / "themes"]
+
+
+def _color(value: Any, where: str, errors: list[str]) -> str | None:
+    if not isinstance(value, str):
+        errors.append(f"{where}: expected a colour string, found {type(value).__name__}")
+        return None
+    try:
+        Color.parse(value)
+    except ColorParseError:
+        errors.append(f"{where}: {value!r} is not a colour")
+        return None
+    return value
+
+
+def parse_theme(data: Any, source: str) -> tuple[Theme | None, list[str]]:
+    errors: list[str] = []
+    if not isinstance(data, dict):
+        return None, [f"{source}: expected a mapping of theme settings"]
+    name = data.get("name")
+    if not isinstance(name, str) or not name.strip():
+        errors.append(f"{source}: name: expected a non-empty string")
+    for key in data:
+        if key not in _KNOWN:
+            errors.append(f"{source}: {key}: not a theme setting (known: {', '.join(sorted(_KNOWN))})")
+    colors = {}
+    for key in _COLOR_FIELDS:
+        if key in data:
+            colors[key] = _color(data[key], f"{source}: {key}", errors)
+    if "primary" not in data:
+        errors.append(f"{source}: primary: required")
+    dark = data.get("dark", True)
+    if not isinstance(dark, bool):
+        errors.append(f"{source}: dark: expected true or false")
+    variables: dict[str, str] = {}
+    raw_vars = data.get("variables", {}) or {}
+    if not isinstance(raw_vars, dict):
+        errors.append(f"{source}: variables: expected a mapping")
+        raw_vars = {}
+    for key, value in raw_vars.items():
+        color = _color(value, f"{source}: variables.{key}", errors)
+        if color is not None:
+            variables[str(key)] = color
+    missing = [k for k in THEME_VARIABLES if k not in variables]
+    if missing:
+        errors.append(f"{source}: variables: missing {', '.join(missing)}")
+    if errors:
+        return None, errors
+    theme = Theme(name=name.strip(), dark=dark, variables=variables, **{k: v for k, v in colors.items() if v})
+    return theme, []
+
+
+def load_themes(dirs: list[Path] | None = None) -> ThemeLoad:
+    """Every `*.yaml` theme in `dirs`; a broken one is skipped and its errors reported (all of them)."""
+    result = ThemeLoad()
+    for directory in dirs if dirs is not None else theme_dirs():
+        if not directory.is_dir():
+            continue
+        for path in sorted(directory.glob("*.yaml")):
+            try:
+                data = yaml.safe_load(path.read_text(encoding="utf-8"))
+            except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+                result.errors.append(f"{path}: cannot be read: {exc}")
+                continue
+            theme, errors = parse_theme(data, str(path))
+            result.errors.extend(errors)
+            if theme is not None:
+                result.themes[theme.name] = theme
+    return result

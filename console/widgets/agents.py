@@ -1,0 +1,131 @@
+"""The agents table: one row per agent, most dangerous first, reconciled by row key."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from rich.text import Text
+from textual.widgets import DataTable
+from textual.widgets.data_table import RowDoesNotExist
+
+from console.state import Agent
+from console.widgets.cells import age, clip, gauge, plain, ratio_color, sparkline, status_text
+
+__all__ = ["AgentsTable"]
+
+# (key, label, width): fixed widths, so a refresh never re-measures a column.
+COLUMNS = (
+    ("mark", " ", 1),
+    ("agent", "agent", 22),
+    ("parent", "parent", 12),
+    ("harness", "harness", 11),
+    ("calls", "calls", 6),
+    ("window", "window", 9),
+    ("worst", "worst repeat", 12),
+    ("cap", "cap", 9),
+    ("status", "status", 18),
+    ("tool", "last tool", 14),
+    ("age", "age", 5),
+    ("rate", "calls/s", 12),
+)
+
+
+class KeyedText(Text):
+    """A cell that knows its row's agent id (the table sorts by it)."""
+
+    agent_key: str = ""
+
+
+class AgentsTable(DataTable):
+    """Agents with live counts. The cursor follows the selected agent, not a row index."""
+
+    DEFAULT_CSS = """
+    AgentsTable { height: 1fr; }
+    AgentsTable > .datatable--cursor { text-style: bold; }
+    """
+
+    def __init__(self, **kwargs: object) -> None:
+        super().__init__(cursor_type="row", zebra_stripes=False, **kwargs)  # type: ignore[arg-type]
+        self._cells: dict[str, tuple[Text, ...]] = {}
+        self._order: list[str] = []
+        self.selected: str | None = None
+
+    def on_mount(self) -> None:
+        for key, label, width in COLUMNS:
+            self.add_column(label, key=key, width=width)
+
+    def render_row(self, agent: Agent, now: float, marked: bool, colors: Mapping[str, str]) -> tuple[Text, ...]:
+        d = agent.data
+        cap = d.get("cap") or 0
+        calls = d.get("calls", 0)
+        agent_cell = KeyedText(clip(agent.id, 22), no_wrap=True)
+        agent_cell.agent_key = agent.id
+        if d.get("parent"):
+            agent_cell.stylize(colors["muted"], 0, 0)
+        if cap:
+            cap_cell = Text(f"{calls}/{cap}", style=ratio_color(calls / cap, colors) if calls / cap >= 0.5 else "")
+        else:
+            cap_cell = Text(f"{calls}/∞", style="dim")
+        last_seen = d.get("last_seen")
+        return (
+            Text("●" if marked else " ", style=colors["warn"]),
+            agent_cell,
+            plain(clip(d.get("parent") or "", 12), style=colors["muted"]),
+            plain(clip(d.get("harness") or "", 11)),
+            Text(str(calls), justify="right"),
+            Text(f"{d.get('window_fill', 0)}/{d.get('window', 0)}", style="dim" if not d.get("window_fill") else ""),
+            gauge(d.get("worst_count", 0), d.get("duplicate_limit", 1) or 1, colors, width=4),
+            cap_cell,
+            status_text(d.get("status", "ok"), colors),
+            plain(clip(d.get("last_tool") or "", 14)),
+            age(now - last_seen if last_seen else None),
+            sparkline(agent.rate, colors["ok"] if d.get("status") == "ok" else colors["trip"]),
+        )
+
+    def reconcile(self, agents: list[Agent], now: float, marked: set[str], colors: Mapping[str, str]) -> None:
+        """Make the table show `agents` in this order, touching only what changed."""
+        wanted = {a.id for a in agents}
+        for key in [k for k in self._cells if k not in wanted]:
+            self.remove_row(key)
+            del self._cells[key]
+        for agent in agents:
+            cells = self.render_row(agent, now, agent.id in marked, colors)
+            old = self._cells.get(agent.id)
+            if old is None:
+                self.add_row(*cells, key=agent.id)
+            else:
+                for (col, _label, _w), new, before in zip(COLUMNS, cells, old, strict=True):
+                    if new != before:
+                        self.update_cell(agent.id, col, new)
+            self._cells[agent.id] = cells
+        order = [a.id for a in agents]
+        if order != self._order:
+            rank = {a: i for i, a in enumerate(order)}
+            self.sort("agent", key=lambda cell: rank.get(getattr(cell, "agent_key", ""), 0))
+            self._order = order
+        self._anchor()
+
+    def _anchor(self) -> None:
+        """Keep the cursor on the selected agent after rows moved."""
+        if self.selected is None or self.selected not in self._cells:
+            if self._order:
+                self.selected = self.current_agent()
+            return
+        try:
+            index = self.get_row_index(self.selected)
+        except RowDoesNotExist:
+            return
+        if index != self.cursor_row:
+            self.move_cursor(row=index, animate=False, scroll=False)
+
+    def current_agent(self) -> str | None:
+        if not self.row_count:
+            return None
+        try:
+            key = self.coordinate_to_cell_key((self.cursor_row, 0)).row_key
+        except Exception:
+            return None
+        return key.value
+
+    def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
+        self.selected = event.row_key.value

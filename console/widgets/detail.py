@@ -1,0 +1,50 @@
+"""The selected agent in full: id, parent, harness, its worst repeated call, why it is stopped."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from rich.text import Text
+from textual.widgets import Static
+
+from console.state import Agent
+from console.widgets.cells import plain
+
+__all__ = ["AgentDetail"]
+
+
+class AgentDetail(Static):
+    DEFAULT_CSS = """
+    AgentDetail { height: 2; padding: 0 1; background: $boost; }
+    """
+
+    def show(self, agent: Agent | None, marked: int, colors: Mapping[str, str]) -> None:
+        if agent is None:
+            self.update(Text("no agent selected — agents appear here when a harness asks the guard", style="dim"))
+            return
+        d = agent.data
+        top = Text(no_wrap=True, overflow="ellipsis")
+        top.append_text(plain(agent.id, style="bold"))
+        if d.get("parent"):
+            top.append("  child of ", style=colors["muted"])
+            top.append_text(plain(d["parent"]))
+        if d.get("harness"):
+            top.append("  via ", style=colors["muted"])
+            top.append_text(plain(d["harness"]))
+        trips = d.get("trips") or {}
+        if trips:
+            top.append("  denied: ", style=colors["muted"])
+            top.append(", ".join(f"{k} {v}" for k, v in sorted(trips.items())), style=colors["trip"])
+        if marked:
+            top.append(f"  ({marked} marked)", style=colors["warn"])
+        bottom = Text(no_wrap=True, overflow="ellipsis")
+        if d.get("interrupt_reason") is not None:
+            bottom.append("interrupted: ", style=colors["interrupted"])
+            bottom.append_text(plain(d.get("interrupt_reason") or "by the operator"))
+            bottom.append("   ")
+        if d.get("worst_preview"):
+            bottom.append(f"worst repeat {d.get('worst_count')}×: ", style=colors["muted"])
+            bottom.append_text(plain(d["worst_preview"]))
+        else:
+            bottom.append("no repeated call in its window", style="dim")
+        self.update(Text("\n").join([top, bottom]))

@@ -1,0 +1,69 @@
+"""The trips as they happen: newest at the bottom, bounded; scrolled up, it says how many are new."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from rich.text import Text
+from textual.widgets import DataTable
+
+from console.widgets.cells import clip, plain
+
+__all__ = ["TripsTable"]
+
+COLUMNS = (("time", "time", 8), ("agent", "agent", 14), ("kind", "kind", 11), ("tool", "tool", 14), ("n", "count", 7))
+MAX_ROWS = 500
+
+
+class TripsTable(DataTable):
+    DEFAULT_CSS = """
+    TripsTable { height: 1fr; }
+    """
+
+    def __init__(self, **kwargs: object) -> None:
+        super().__init__(cursor_type="row", **kwargs)  # type: ignore[arg-type]
+        self._next = 0
+        self.unseen = 0  # trips added while the user was scrolled away from the bottom
+
+    def on_mount(self) -> None:
+        for key, label, width in COLUMNS:
+            self.add_column(label, key=key, width=width)
+
+    @property
+    def at_bottom(self) -> bool:
+        return self.scroll_y >= self.max_scroll_y - 1
+
+    def add_trips(self, trips: list[dict[str, Any]], colors: Mapping[str, str], tz: Any = None) -> None:
+        if not trips:
+            return
+        follow = self.at_bottom
+        role = {"duplicate": "trip", "cap": "cap", "interrupted": "interrupted"}
+        for trip in trips:
+            kind = str(trip.get("kind", ""))
+            when = trip.get("time")
+            stamp = time.strftime("%H:%M:%S", time.localtime(when)) if isinstance(when, (int, float)) else "--:--:--"
+            self.add_row(
+                Text(stamp, style="dim"),
+                plain(clip(trip.get("agent", ""), 14)),
+                plain(kind, style=colors.get(role.get(kind, "muted"), "")),
+                plain(clip(trip.get("tool", ""), 14)),
+                Text(
+                    f"{trip.get('count', 0)}/{trip.get('limit', 0)}" if kind != "interrupted" else "—", justify="right"
+                ),
+                key=str(self._next),
+            )
+            self._next += 1
+        while self.row_count > MAX_ROWS:
+            self.remove_row(str(self._next - self.row_count))
+        if follow:
+            self.unseen = 0
+            self.call_after_refresh(self.scroll_end, animate=False)
+        else:
+            self.unseen += len(trips)
+
+    def watch_scroll_y(self, old: float, new: float) -> None:
+        super().watch_scroll_y(old, new)
+        if self.at_bottom:
+            self.unseen = 0
