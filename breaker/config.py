@@ -20,6 +20,7 @@ DEFAULT_DENY_MESSAGE = (
 MAX_WINDOW = 100_000
 MAX_LIMIT = 1_000_000_000
 MAX_AGENTS = 1_000_000
+MAX_GUARD_TIMEOUT_MS = 60_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +84,11 @@ KEYS: dict[str, str] = {
     "denyMessage": "deny_message",
     "incidentLog": "incident_log",
     "maxAgents": "max_agents",
+    # The harness side and the server's interrupt hook; the engine ignores these.
+    "failClosed": "fail_closed",
+    "guardTimeoutMs": "guard_timeout_ms",
+    "guardSocket": "guard_socket",
+    "interruptCommand": "interrupt_command",
 }
 _ATTR_TO_KEY = {v: k for k, v in KEYS.items()}
 
@@ -101,6 +107,10 @@ class Config:
     deny_message: str = DEFAULT_DENY_MESSAGE
     incident_log: str = ""
     max_agents: int = 10_000
+    fail_closed: bool = False  # the dsh plugin denies (instead of allowing) when the guard is unreachable
+    guard_timeout_ms: int = 500  # how long the dsh plugin waits for the guard's answer
+    guard_socket: str = ""  # "" = the per-user default path (breaker.paths.default_socket_path)
+    interrupt_command: tuple[str, ...] = ()  # argv the server runs on an operator interrupt ({agent}, {reason})
     # Not settings: notes about a valid but suspicious config (e.g. a window too small to ever trip).
     warnings: tuple[str, ...] = field(default=(), compare=False, repr=False)
 
@@ -182,6 +192,27 @@ def _check(key: str, value: Any, problems: list[Problem], where: str = "") -> An
         if isinstance(value, str):
             return value
         problems.append(Problem(key, "a string", describe_value(value), where))
+    elif kind == "argv":
+        if isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value):
+            if not value or (value[0] and "{agent}" not in value[0] and "{reason}" not in value[0]):
+                return tuple(value)
+            # The program itself must be the operator's: an agent id comes from a harness, untrusted.
+            found = "a list whose first element (the program) is " + (
+                "empty" if not value[0] else f"{describe_value(value[0])}, which holds a placeholder"
+            )
+        elif isinstance(value, (list, tuple)):
+            bad = next(v for v in value if not isinstance(v, str))
+            found = f"a list holding {describe_value(bad)}"
+        else:
+            found = describe_value(value)
+        problems.append(
+            Problem(
+                key,
+                "a command as a list of strings (a fixed program first, then its arguments; no shell), or [] for none",
+                found,
+                where,
+            )
+        )
     elif kind == "names":
         if isinstance(value, (list, tuple)) and all(isinstance(v, str) and v for v in value):
             return tuple(value)
@@ -210,6 +241,10 @@ _SCHEMA: dict[str, Any] = {
     "denyMessage": "str",
     "incidentLog": "str",
     "maxAgents": (1, MAX_AGENTS),
+    "failClosed": "bool",
+    "guardTimeoutMs": (1, MAX_GUARD_TIMEOUT_MS),
+    "guardSocket": "str",
+    "interruptCommand": "argv",
 }
 
 _DEFAULT = Config()

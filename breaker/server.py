@@ -13,6 +13,7 @@ import contextlib
 import fcntl
 import logging
 import os
+import re
 import signal
 import socket
 import stat
@@ -45,6 +46,9 @@ WRITE_HIGH = 256 * 1024  # per-connection output buffered before we stop reading
 SLOW_SUBSCRIBER = 1024 * 1024  # a subscriber this far behind skips ticks
 DROP_AFTER = 10.0  # seconds a subscriber may stay behind before it is dropped
 MAX_TRIPS_PER_TICK = 500
+INTERRUPT_COMMAND_TIMEOUT = 10.0  # seconds an operator's interrupt command may run before it is killed
+INTERRUPT_COMMAND_OUTPUT = 4096  # bytes of its output kept for the log (the rest is read and dropped)
+_PLACEHOLDER = re.compile(r"\{(agent|reason)\}")
 
 
 _UNJUDGEABLE = object()  # stands for args a client could not serialize: allowed, counted, matching nothing
@@ -222,6 +226,8 @@ class GuardServer:
         self._server: asyncio.AbstractServer | None = None
         self._lock_fd: int | None = None
         self._tasks: list[asyncio.Task[Any]] = []
+        self._commands: set[asyncio.Task[None]] = set()  # running interrupt commands
+        self.interrupt_timeout = INTERRUPT_COMMAND_TIMEOUT
         self._stopped = asyncio.Event()
         self._ops: dict[str, Callable[[_Conn, dict[str, Any]], dict[str, Any] | None]] = {
             "hello": self._op_hello,
@@ -324,9 +330,9 @@ class GuardServer:
             self._server.close()
         for conn in list(self._conns):
             conn.close()
-        for task in self._tasks:
+        for task in [*self._tasks, *self._commands]:
             task.cancel()
-        for task in self._tasks:
+        for task in [*self._tasks, *self._commands]:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
         with contextlib.suppress(FileNotFoundError):
@@ -474,7 +480,52 @@ class GuardServer:
         for target in targets:
             target.send(frame)
         log.info("interrupt: agent %r (%s); told %d connection(s)", agent, reason or "no reason given", len(targets))
+        if self.guard.config.interrupt_command:
+            argv = fill_command(self.guard.config.interrupt_command, agent, reason)
+            task = asyncio.get_running_loop().create_task(self._interrupt_command(argv, agent))
+            self._commands.add(task)
+            task.add_done_callback(self._commands.discard)
         return {"ok": True, "notified": len(targets)}
+
+    async def _interrupt_command(self, argv: list[str], agent: str) -> None:
+        """Run the operator's interrupt command (no shell), bounded in time and output; log how it
+        ended. Whatever happens to it, the guard goes on: this is a task of its own."""
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                *argv,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.STDOUT,
+                start_new_session=True,  # its own process group: a timeout kills its children too
+            )
+        except (OSError, ValueError) as exc:
+            log.warning("interrupt command for agent %r could not start (%s): %s", agent, argv[0], exc)
+            return
+        kept = bytearray()
+
+        async def drain() -> None:
+            assert proc.stdout is not None
+            while chunk := await proc.stdout.read(65536):
+                kept.extend(chunk[: max(0, INTERRUPT_COMMAND_OUTPUT - len(kept))])
+            await proc.wait()
+
+        try:
+            await asyncio.wait_for(drain(), self.interrupt_timeout)
+        except TimeoutError:
+            _kill_group(proc.pid)
+            await proc.wait()
+            log.warning(
+                "interrupt command for agent %r timed out after %g s and was killed; output: %s",
+                agent,
+                self.interrupt_timeout,
+                _shown(kept),
+            )
+            return
+        except asyncio.CancelledError:  # the guard is stopping
+            _kill_group(proc.pid)
+            raise
+        level = logging.INFO if proc.returncode == 0 else logging.WARNING
+        log.log(level, "interrupt command for agent %r exited %s; output: %s", agent, proc.returncode, _shown(kept))
 
     def _op_uninterrupt(self, conn: _Conn, msg: dict[str, Any]) -> dict[str, Any]:
         self._dirty.add(msg["agent"])
@@ -666,6 +717,27 @@ class GuardServer:
 
     def _known_changed(self) -> bool:
         return len(self._known) != len(self.guard) + len(self.guard.interrupted_agents())
+
+
+def fill_command(template: tuple[str, ...] | list[str], agent: str, reason: str) -> list[str]:
+    """The interrupt command's argv: `{agent}` and `{reason}` replaced in each argument, in one pass
+    (a reason holding "{agent}" stays as written). Never a shell string: each element is one argument,
+    and the program (the first element, which the config keeps free of placeholders) is never filled."""
+    values = {"agent": agent, "reason": reason}
+    program, *args = template
+    return [program, *(_PLACEHOLDER.sub(lambda m: values[m.group(1)], arg) for arg in args)]
+
+
+def _kill_group(pid: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, signal.SIGKILL)
+
+
+def _shown(output: bytes | bytearray) -> str:
+    text = bytes(output).decode("utf-8", "replace").strip()
+    if len(output) >= INTERRUPT_COMMAND_OUTPUT:
+        text += " [...]"
+    return repr(text) if text else "(none)"
 
 
 def _describe_pid(text: str) -> str:

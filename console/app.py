@@ -40,6 +40,7 @@ __all__ = ["CBConsole"]
 
 FLUSH_HZ = 10
 MUTATING = {"interrupt", "uninterrupt", "reset", "pause_guard", "edit_config", "exempt"}
+OWN_ACTIONS = MUTATING | {"mark", "freeze", "filter", "help", "clear_filter"}
 INTERRUPT_REASON = "interrupted by the operator from cbconsole"
 
 DEMO_PATCH = """\
@@ -170,7 +171,16 @@ class CBConsole(App[int]):
             )
         self.set_theme_by_name(self.requested_theme or "dark")
         self.theme_changed_signal.subscribe(self, lambda _theme: self._force_redraw())
-        self.query_one(AgentsTable).focus()
+        # The main screen's widgets, held directly: `query_one` looks at the top screen, a modal when one is open.
+        self.agents_table = self.query_one(AgentsTable)
+        self.keys_table = self.query_one(KeysTable)
+        self.trips_table = self.query_one(TripsTable)
+        self.header = self.query_one(GuardHeader)
+        self.detail = self.query_one(AgentDetail)
+        self.filter_box = self.query_one("#filter", Input)
+        self.agents_title = self.query_one("#agents-title", Static)
+        self.trips_title = self.query_one("#trips-title", Static)
+        self.agents_table.focus()
         self.set_interval(1 / FLUSH_HZ, self.flush, name="flush")
         if self.mode != "static":
             await self.connect()
@@ -310,37 +320,39 @@ class CBConsole(App[int]):
         self._drawn, self._drawn_at = state.version, now
         colors = self.colors()
         agents = state.visible_agents()
-        table = self.query_one(AgentsTable)
+        table = self.agents_table
         with self.batch_update():
-            self.query_one(GuardHeader).show(state, colors, self.readonly, self.frozen)
+            self.header.show(state, colors, self.readonly, self.frozen)
             table.reconcile(agents, now, state.marked, colors)
             selected = state.agents.get(table.selected or "")
-            self.query_one(AgentDetail).show(selected, len(state.marked), colors)
+            self.detail.show(selected, len(state.marked), colors)
             limit_of = {a.id: a.data.get("duplicate_limit", 0) for a in state.agents.values()}
             exempt = set(state.values.get("exempt") or [])
-            self.query_one(KeysTable).show(state.top_keys, limit_of, exempt, colors)
-            trips = self.query_one(TripsTable)
+            self.keys_table.show(state.top_keys, limit_of, exempt, colors)
+            trips = self.trips_table
             trips.add_trips(state.take_new_trips(), colors)
             title = f"Trips ({state.trips_seen})"
             if trips.unseen:
                 title += f"  — {trips.unseen} new ↓"
-            self.query_one("#trips-title", Static).update(Text(title))
+            self.trips_title.update(Text(title))
             shown = f"Agents — most dangerous first ({len(agents)}"
             shown += f" of {len(state.agents)} match the filter)" if state.filter else ")"
-            self.query_one("#agents-title", Static).update(Text(shown))
+            self.agents_title.update(Text(shown))
 
     # -- actions --------------------------------------------------------------------------------
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if self.readonly and action in MUTATING:
             return None  # shown greyed out: a read-only console cannot change the guard
+        if action in OWN_ACTIONS and isinstance(self.screen, ModalScreen):
+            return False  # a modal is open: its own keys only (no second dialog on top of the first)
         return True
 
     def targets(self) -> list[str]:
         """The marked agents, else the selected one."""
         if self.state.marked:
             return sorted(self.state.marked)
-        selected = self.query_one(AgentsTable).selected
+        selected = self.agents_table.selected
         return [selected] if selected and selected in self.state.agents else []
 
     @staticmethod
@@ -398,12 +410,11 @@ class CBConsole(App[int]):
 
     def action_pause_guard(self) -> None:
         if self.state.stats.get("paused"):
-            self.run_worker(self.op("resume"))
-            self.notify("Guard resumed: calls are judged again.")
+            self.run_worker(self._set_paused("resume"))
             return
 
         async def done(choice: str | None) -> None:
-            if choice == "yes" and await self.op("pause") is not None:
+            if choice == "yes" and await self._set_paused("pause"):
                 self.notify(
                     "Guard paused: every call is allowed and not counted until you resume (p).", severity="warning"
                 )
@@ -415,6 +426,16 @@ class CBConsole(App[int]):
             ),
             done,
         )
+
+    async def _set_paused(self, op: str) -> bool:
+        reply = await self.op(op)
+        if reply is None:
+            return False
+        self.state.stats = {**self.state.stats, "paused": reply.get("paused", op == "pause")}
+        self.state.version += 1
+        if op == "resume":
+            self.notify("Guard resumed: calls are judged again.")
+        return True
 
     def action_edit_config(self) -> None:
         async def done(changes: dict[str, Any] | None) -> None:
@@ -431,9 +452,9 @@ class CBConsole(App[int]):
         self.push_screen(ConfigScreen(self.state.values, self.state.config.get("target"), self.readonly), done)
 
     def selected_tool(self) -> str | None:
-        if self.query_one(KeysTable).has_focus and (key := self.query_one(KeysTable).current()):
+        if self.keys_table.has_focus and (key := self.keys_table.current()):
             return str(key["tool"])
-        agent = self.state.agents.get(self.query_one(AgentsTable).selected or "")
+        agent = self.state.agents.get(self.agents_table.selected or "")
         if agent is None:
             return None
         return agent.data.get("worst_tool") or agent.data.get("last_tool") or None
@@ -478,7 +499,7 @@ class CBConsole(App[int]):
         )
 
     def action_mark(self) -> None:
-        table = self.query_one(AgentsTable)
+        table = self.agents_table
         if table.selected:
             self.state.toggle_mark(table.selected)
         self.state.version += 1
@@ -487,22 +508,22 @@ class CBConsole(App[int]):
 
     def action_freeze(self) -> None:
         self.frozen = not self.frozen
-        self.query_one(GuardHeader).show(self.state, self.colors(), self.readonly, self.frozen)
+        self.header.show(self.state, self.colors(), self.readonly, self.frozen)
         self._force_redraw()
 
     def action_filter(self) -> None:
-        box = self.query_one("#filter", Input)
+        box = self.filter_box
         box.add_class("visible")
         box.focus()
 
     def action_clear_filter(self) -> None:
-        box = self.query_one("#filter", Input)
+        box = self.filter_box
         if box.value or box.has_class("visible"):
             box.value = ""
             box.remove_class("visible")
             self.state.filter = ""
             self.state.version += 1
-            self.query_one(AgentsTable).focus()
+            self.agents_table.focus()
 
     def on_input_changed(self, event: Input.Changed) -> None:
         if event.input.id == "filter":
@@ -513,7 +534,7 @@ class CBConsole(App[int]):
         if event.input.id == "filter":
             if not event.value:
                 event.input.remove_class("visible")
-            self.query_one(AgentsTable).focus()
+            self.agents_table.focus()
 
     def action_help(self) -> None:
         keys = [(b.key_display or b.key, b.description, b.tooltip) for b in self.BINDINGS if isinstance(b, Binding)]

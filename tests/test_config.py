@@ -23,6 +23,10 @@ def test_defaults_are_the_seeds():
         "denyMessage": DEFAULT_DENY_MESSAGE,
         "incidentLog": "",
         "maxAgents": 10_000,
+        "failClosed": False,
+        "guardTimeoutMs": 500,
+        "guardSocket": "",
+        "interruptCommand": [],
     }
 
 
@@ -61,6 +65,21 @@ BAD_VALUES = {
     "denyMessage": [None, 3, ["x"]],
     "incidentLog": [None, 0, False, ["/tmp/x"]],
     "maxAgents": [0, -5, "many", 10**9],
+    "failClosed": ["true", 0, None, [False]],
+    "guardTimeoutMs": [0, -1, 60_001, 0.5, "500", True, None],
+    "guardSocket": [None, 0, ["/run/x.sock"], False],
+    "interruptCommand": [
+        "kill {agent}",
+        [""],
+        ["", "x"],
+        ["{agent}"],
+        ["/bin/{reason}", "x"],
+        [1],
+        ["kill", None],
+        {"argv": ["kill"]},
+        None,
+        True,
+    ],
 }
 
 
@@ -77,6 +96,37 @@ def test_bad_value_raises_config_error_naming_the_key_expected_and_found(key, va
     problem = err.problems[0]
     assert problem.expected and problem.found
     assert key in str(err) and "expected" in str(err) and "found" in str(err)
+
+
+def test_harness_side_keys_take_their_values():
+    c = Config.from_mapping(
+        {
+            "failClosed": True,
+            "guardTimeoutMs": 60_000,
+            "guardSocket": "/run/user/1/cb.sock",
+            "interruptCommand": ["tmux", "send-keys", "-t", "{agent}", "C-c", ""],
+        }
+    )
+    assert c.fail_closed is True and c.guard_timeout_ms == 60_000 and c.guard_socket == "/run/user/1/cb.sock"
+    # a list becomes a tuple (the config stays hashable); an empty argument after the program is allowed
+    assert c.interrupt_command == ("tmux", "send-keys", "-t", "{agent}", "C-c", "")
+    assert Config.from_mapping({"guardTimeoutMs": 1}).guard_timeout_ms == 1
+
+
+def test_interrupt_command_round_trips_through_the_mapping_as_a_list():
+    c = Config(interrupt_command=("kill", "-TERM", "{agent}"))
+    assert c.to_mapping(only_changed=True) == {"interruptCommand": ["kill", "-TERM", "{agent}"]}
+    assert Config.from_mapping(c.to_mapping()) == c
+
+
+def test_an_interrupt_command_with_an_empty_program_says_so():
+    with pytest.raises(ConfigError, match=r"interruptCommand: expected a command as a list of strings .* program"):
+        Config.from_mapping({"interruptCommand": ["", "{agent}"]})
+
+
+def test_a_shell_string_interrupt_command_is_refused_not_split():
+    with pytest.raises(ConfigError, match=r"found 'kill \{agent\}' \(a string\)"):
+        Config.from_mapping({"interruptCommand": "kill {agent}"})
 
 
 def test_booleans_are_not_accepted_as_integers():

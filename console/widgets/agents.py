@@ -16,18 +16,23 @@ __all__ = ["AgentsTable"]
 # (key, label, width): fixed widths, so a refresh never re-measures a column.
 COLUMNS = (
     ("mark", " ", 1),
-    ("agent", "agent", 22),
-    ("parent", "parent", 12),
-    ("harness", "harness", 11),
-    ("calls", "calls", 6),
-    ("window", "window", 9),
+    ("agent", "agent", 20),
+    ("parent", "parent", 10),
+    ("harness", "harness", 10),
+    ("calls", "calls", 5),
+    ("window", "window", 8),
     ("worst", "worst repeat", 12),
-    ("cap", "cap", 9),
+    ("cap", "cap", 8),
     ("status", "status", 18),
-    ("tool", "last tool", 14),
+    ("tool", "last tool", 12),
     ("age", "age", 5),
     ("rate", "calls/s", 12),
 )
+
+
+def same_cell(a: Text, b: Text) -> bool:
+    """Rich's Text equality ignores the base style; a theme switch changes only that."""
+    return a.plain == b.plain and a.style == b.style and a.spans == b.spans
 
 
 class KeyedText(Text):
@@ -58,7 +63,7 @@ class AgentsTable(DataTable):
         d = agent.data
         cap = d.get("cap") or 0
         calls = d.get("calls", 0)
-        agent_cell = KeyedText(clip(agent.id, 22), no_wrap=True)
+        agent_cell = KeyedText(clip(agent.id, 20), no_wrap=True)
         agent_cell.agent_key = agent.id
         if d.get("parent"):
             agent_cell.stylize(colors["muted"], 0, 0)
@@ -70,14 +75,14 @@ class AgentsTable(DataTable):
         return (
             Text("●" if marked else " ", style=colors["warn"]),
             agent_cell,
-            plain(clip(d.get("parent") or "", 12), style=colors["muted"]),
-            plain(clip(d.get("harness") or "", 11)),
+            plain(clip(d.get("parent") or "", 10), style=colors["muted"]),
+            plain(clip(d.get("harness") or "", 10)),
             Text(str(calls), justify="right"),
             Text(f"{d.get('window_fill', 0)}/{d.get('window', 0)}", style="dim" if not d.get("window_fill") else ""),
             gauge(d.get("worst_count", 0), d.get("duplicate_limit", 1) or 1, colors, width=4),
             cap_cell,
             status_text(d.get("status", "ok"), colors),
-            plain(clip(d.get("last_tool") or "", 14)),
+            plain(clip(d.get("last_tool") or "", 12)),
             age(now - last_seen if last_seen else None),
             sparkline(agent.rate, colors["ok"] if d.get("status") == "ok" else colors["trip"]),
         )
@@ -95,7 +100,7 @@ class AgentsTable(DataTable):
                 self.add_row(*cells, key=agent.id)
             else:
                 for (col, _label, _w), new, before in zip(COLUMNS, cells, old, strict=True):
-                    if new != before:
+                    if not same_cell(new, before):
                         self.update_cell(agent.id, col, new)
             self._cells[agent.id] = cells
         order = [a.id for a in agents]

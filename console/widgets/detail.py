@@ -15,7 +15,7 @@ __all__ = ["AgentDetail"]
 
 class AgentDetail(Static):
     DEFAULT_CSS = """
-    AgentDetail { height: 2; padding: 0 1; background: $boost; }
+    AgentDetail { height: 2; padding: 0 1; background: $boost; text-wrap: nowrap; text-overflow: ellipsis; }
     """
 
     def show(self, agent: Agent | None, marked: int, colors: Mapping[str, str]) -> None:
@@ -47,4 +47,6 @@ class AgentDetail(Static):
             bottom.append_text(plain(d["worst_preview"]))
         else:
             bottom.append("no repeated call in its window", style="dim")
-        self.update(Text("\n").join([top, bottom]))
+        text = Text("\n").join([top, bottom])
+        text.no_wrap, text.overflow = True, "ellipsis"
+        self.update(text)

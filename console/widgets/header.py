@@ -15,7 +15,7 @@ __all__ = ["GuardHeader"]
 
 class GuardHeader(Static):
     DEFAULT_CSS = """
-    GuardHeader { height: 3; padding: 0 1; background: $panel; }
+    GuardHeader { height: 3; padding: 0 1; background: $panel; text-wrap: nowrap; text-overflow: ellipsis; }
     """
 
     def show(self, state: ConsoleState, colors: Mapping[str, str], readonly: bool, frozen: bool) -> None:
@@ -28,6 +28,9 @@ class GuardHeader(Static):
         line.append(f"guard {state.guard_status}", style=f"bold {colors[status_role]}")
         if stats.get("pid"):
             line.append(f" (pid {stats['pid']})", style=colors["muted"])
+        if config.get("source"):
+            line.append("   config from ", style=colors["muted"])
+            line.append_text(plain(config["source"], style=colors["muted"]))
         if state.guard_note:
             line.append("  ")
             line.append_text(plain(state.guard_note, style=colors["warn"]))
@@ -37,7 +40,7 @@ class GuardHeader(Static):
             line.append("  screen frozen (z)", style=f"bold {colors['warn']}")
         if readonly:
             line.append("  read-only", style=colors["muted"])
-        line.append("  socket ", style=colors["muted"])
+        line.append("   socket ", style=colors["muted"])
         line.append_text(plain(stats.get("socket", "")))
 
         line2 = Text(no_wrap=True, overflow="ellipsis")
@@ -51,14 +54,17 @@ class GuardHeader(Static):
                 line2.append(f" {n}")
         else:
             line2.append("none", style="dim")
-        line2.append(f"   agents {len(state.agents)}", style="")
-        line2.append(f"   {state.checks_per_s:,.0f} checks/s", style="bold")
         denies = stats.get("denies") or {}
-        line2.append(f"   checks {stats.get('checks', 0):,}", style=colors["muted"])
+        line2.append("   agents ", style=colors["muted"])
+        line2.append(str(len(state.agents)))
+        line2.append("   ")
+        line2.append(f"{state.checks_per_s:,.0f} checks/s", style="bold")
+        line2.append("   checks ", style=colors["muted"])
+        line2.append(f"{stats.get('checks', 0):,}")
         line2.append("   trips ", style=colors["muted"])
         line2.append(str(state.trips_seen), style=f"bold {colors['trip']}" if state.trips_seen else "")
         line2.append(
-            f"  denied: dup {denies.get('duplicate', 0):,} · cap {denies.get('cap', 0):,} · "
+            f"   denied: dup {denies.get('duplicate', 0):,} · cap {denies.get('cap', 0):,} · "
             f"int {denies.get('interrupted', 0):,}",
             style=colors["muted"],
         )
@@ -81,9 +87,8 @@ class GuardHeader(Static):
             if values.get("only"):
                 line3.append(" · only ", style=colors["muted"])
                 line3.append_text(plain(", ".join(values["only"])))
-            if config.get("source"):
-                line3.append("  from ", style=colors["muted"])
-                line3.append_text(plain(config["source"], style=colors["muted"]))
         else:
             line3.append("config: waiting for the guard", style="dim")
-        self.update(Text("\n").join([line, line2, line3]))
+        text = Text("\n").join([line, line2, line3])
+        text.no_wrap, text.overflow = True, "ellipsis"
+        self.update(text)

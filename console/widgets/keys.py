@@ -12,7 +12,7 @@ from console.widgets.cells import clip, plain, ratio_color
 
 __all__ = ["KeysTable"]
 
-COLUMNS = (("count", "count", 7), ("tool", "tool", 14), ("call", "call", 40), ("agent", "agent", 14))
+COLUMNS = (("count", "count", 7), ("tool", "tool", 12), ("call", "call", 32), ("agent", "agent", 12))
 
 
 class KeysTable(DataTable):
@@ -35,6 +35,7 @@ class KeysTable(DataTable):
         self, keys: list[dict[str, Any]], limit_of: Mapping[str, int], exempt: set[str], colors: Mapping[str, str]
     ) -> None:
         signature = [(k["agent"], k["tool"], k["preview"], k["count"], limit_of.get(k["agent"], 0)) for k in keys]
+        signature.append(tuple(sorted(colors.items())))  # a theme switch recolours
         if signature == self._shown and exempt == getattr(self, "_exempt", None):
             return
         cursor = self.cursor_row
@@ -45,9 +46,9 @@ class KeysTable(DataTable):
             tool_style = colors["exempt"] if k["tool"] in exempt else ""
             self.add_row(
                 Text(f"{k['count']}/{limit}", style=ratio_color(k["count"] / limit, colors), justify="right"),
-                plain(clip(k["tool"], 14), style=tool_style),
+                plain(clip(k["tool"], 12), style=tool_style),
                 plain(k["preview"]),
-                plain(clip(k["agent"], 14), style=colors["muted"]),
+                plain(clip(k["agent"], 12), style=colors["muted"]),
                 key=str(i),
             )
         if keys:

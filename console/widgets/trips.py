@@ -33,12 +33,12 @@ class TripsTable(DataTable):
 
     @property
     def at_bottom(self) -> bool:
-        return self.scroll_y >= self.max_scroll_y - 1
+        return self.scroll_y >= self.max_scroll_y
 
     def add_trips(self, trips: list[dict[str, Any]], colors: Mapping[str, str], tz: Any = None) -> None:
         if not trips:
             return
-        follow = self.at_bottom
+        follow = self.at_bottom or self.row_count == 0
         role = {"duplicate": "trip", "cap": "cap", "interrupted": "interrupted"}
         for trip in trips:
             kind = str(trip.get("kind", ""))

@@ -265,15 +265,10 @@ def run_dsh(
     timeout: float = RUN_TIMEOUT,
 ) -> Run:
     """`dsh --profile headless --patch hmr.yml --patch standin.yml TASK` with the stand-in plugin."""
-    dirs = _scratch(scratch)
-    dsh_home, log = scratch / "dsh-home", scratch / "standin.jsonl"
-    dsh_home.mkdir(exist_ok=True)
+    log = scratch / "standin.jsonl"
     plugin = scratch / "standin-plugin.mjs"
+    scratch.mkdir(parents=True, exist_ok=True)
     plugin.write_text(STANDIN_PLUGIN)
-    # The HMR row: without it every profile run fails with "user patch-layer watching requires the
-    # Cordis HMR service". Patch files are YAML; JSON is YAML, so no YAML writer is needed.
-    hmr = scratch / "hmr.yml"
-    hmr.write_text(json.dumps([{"id": "hmr", "disabled": False, "config": {"root": []}}], indent=1) + "\n")
     config: dict[str, Any] = {
         "log": str(log),
         "denyAt": list(deny_at),
@@ -284,6 +279,45 @@ def run_dsh(
     if cancel_at is not None:
         config["cancelAt"] = cancel_at
     rows: list[dict[str, Any]] = [{"insert": [{"id": "cb-standin", "name": str(plugin), "config": config}]}]
+    return run_dsh_with(
+        harness,
+        fake,
+        scratch,
+        rows,
+        compression=compression,
+        task=task,
+        timeout=timeout,
+        log=log,
+        overlay="standin.yml",
+    )
+
+
+def run_dsh_with(
+    harness: Harness,
+    fake: FakeModel,
+    scratch: Path,
+    rows: list[dict[str, Any]] | None = None,
+    *,
+    patches: Sequence[Path] = (),
+    profile: str = "headless",
+    compression: str | None = None,
+    task: str = TASK,
+    timeout: float = RUN_TIMEOUT,
+    env: dict[str, str] | None = None,
+    log: Path | None = None,
+    overlay: str = "overlay.yml",
+) -> Run:
+    """`dsh --profile PROFILE --patch hmr.yml [--patch FILE]... [--patch overlay.yml] TASK`: the overlay
+    holds `rows` (e.g. a plugin's insert row); `patches` are more layer files, in order; `env` adds
+    to the run's environment (DSH_HOME stays the scratch one)."""
+    dirs = _scratch(scratch)
+    dsh_home = scratch / "dsh-home"
+    dsh_home.mkdir(exist_ok=True)
+    # The HMR row: without it every profile run fails with "user patch-layer watching requires the
+    # Cordis HMR service". Patch files are YAML; JSON is YAML, so no YAML writer is needed.
+    hmr = scratch / "hmr.yml"
+    hmr.write_text(json.dumps([{"id": "hmr", "disabled": False, "config": {"root": []}}], indent=1) + "\n")
+    rows = list(rows or [])
     if compression is not None:
         # A later row's `config` replaces the bundle's whole, so `root` (a !!js in the bundle) is restated.
         rows.append(
@@ -292,18 +326,24 @@ def run_dsh(
                 "config": {"root": str(dsh_home / "sessions"), "compression": compression},
             }
         )
-    overlay = scratch / "standin.yml"
-    overlay.write_text(json.dumps(rows, indent=1) + "\n")
-    argv = [str(harness.exe), "--profile", "headless", "--patch", str(hmr), "--patch", str(overlay), task]
-    env = harness.env(
+    argv = [str(harness.exe), "--profile", profile, "--patch", str(hmr)]
+    for patch in patches:
+        argv += ["--patch", str(patch)]
+    if rows:
+        overlay_path = scratch / overlay
+        overlay_path.write_text(json.dumps(rows, indent=1) + "\n")
+        argv += ["--patch", str(overlay_path)]
+    argv.append(task)
+    run_env = harness.env(
         {
             **_home_env(dirs),
             "DSH_HOME": str(dsh_home),
             "DEEPSEEK_BASE_URL": fake.url,
             "DEEPSEEK_API_KEY": "dummy",
+            **(env or {}),
         }
     )
-    code, out, err, secs = run_process(argv, env=env, cwd=dirs["work"], out_dir=scratch, timeout=timeout)
+    code, out, err, secs = run_process(argv, env=run_env, cwd=dirs["work"], out_dir=scratch, timeout=timeout)
     return Run(
         "dsh",
         argv,
@@ -314,7 +354,7 @@ def run_dsh(
         err,
         secs,
         fake,
-        log,
+        log or scratch / "standin.jsonl",
         {"dsh_home": dsh_home, "sessions": dsh_home / "sessions"},
     )
 
@@ -349,15 +389,20 @@ def run_claude(
     reason: str = "STANDIN-DENY-3",
     task: str = TASK,
     timeout: float = RUN_TIMEOUT,
+    hooks: dict[str, Any] | None = None,
 ) -> Run:
-    """`claude -p TASK --settings hooks.json` with the stand-in on PreToolUse and the lifecycle hooks."""
+    """`claude -p TASK --settings hooks.json` with the stand-in on PreToolUse and the lifecycle hooks,
+    or with `hooks` (a settings file's "hooks" value) instead of the stand-in."""
     dirs = _scratch(scratch)
-    command, log = _write_hook(scratch, fmt=fmt, deny_at=deny_at, only_subagents=only_subagents, reason=reason)
-    hook = {"type": "command", "command": command, "timeout": 30}
-    settings = {"hooks": {
-        "PreToolUse": [{"matcher": "*", "hooks": [hook]}],
-        **{event: [{"hooks": [hook]}] for event in ("SubagentStart", "SubagentStop", "Stop", "SessionEnd")},
-    }}  # fmt: skip
+    log = scratch / "standin.jsonl"
+    if hooks is None:
+        command, log = _write_hook(scratch, fmt=fmt, deny_at=deny_at, only_subagents=only_subagents, reason=reason)
+        hook = {"type": "command", "command": command, "timeout": 30}
+        hooks = {
+            "PreToolUse": [{"matcher": "*", "hooks": [hook]}],
+            **{event: [{"hooks": [hook]}] for event in ("SubagentStart", "SubagentStop", "Stop", "SessionEnd")},
+        }
+    settings = {"hooks": hooks}
     settings_path = scratch / "claude-settings.json"
     settings_path.write_text(json.dumps(settings, indent=1))
     argv = [
@@ -419,21 +464,23 @@ def run_codex(
     reason: str = "STANDIN-DENY-3",
     task: str = TASK,
     timeout: float = RUN_TIMEOUT,
+    hooks: dict[str, Any] | None = None,
 ) -> Run:
-    """`codex exec --json --dangerously-bypass-hook-trust TASK` with `$CODEX_HOME/hooks.json`."""
+    """`codex exec --json --dangerously-bypass-hook-trust TASK` with `$CODEX_HOME/hooks.json` (the
+    stand-in's, or `hooks` as that file's "hooks" value)."""
     dirs = _scratch(scratch)
     codex_home = scratch / "codex-home"
     codex_home.mkdir(exist_ok=True)
-    command, log = _write_hook(scratch, fmt=fmt, deny_at=deny_at, reason=reason)
-    hook = {"type": "command", "command": command, "timeout": 30}
-    hooks = {
-        "hooks": {
+    log = scratch / "standin.jsonl"
+    if hooks is None:
+        command, log = _write_hook(scratch, fmt=fmt, deny_at=deny_at, reason=reason)
+        hook = {"type": "command", "command": command, "timeout": 30}
+        hooks = {
             "PreToolUse": [{"matcher": "*", "hooks": [hook]}],
             "SessionStart": [{"hooks": [hook]}],
             "Stop": [{"hooks": [hook]}],
         }
-    }
-    (codex_home / "hooks.json").write_text(json.dumps(hooks, indent=1))
+    (codex_home / "hooks.json").write_text(json.dumps({"hooks": hooks}, indent=1))
     (codex_home / "config.toml").write_text(
         'model = "fake-model"\nmodel_provider = "fake"\napproval_policy = "never"\n'
         'sandbox_mode = "danger-full-access"\n\n[model_providers.fake]\nname = "fake"\n'
@@ -476,19 +523,24 @@ def run_gemini(
     reason: str = "STANDIN-DENY-3",
     task: str = TASK,
     timeout: float = RUN_TIMEOUT,
+    hooks: dict[str, Any] | None = None,
 ) -> Run:
-    """`gemini -p TASK --yolo` with `~/.gemini/settings.json` hooks (timeouts in ms)."""
+    """`gemini -p TASK --yolo` with `~/.gemini/settings.json` hooks (timeouts in ms): the stand-in's,
+    or `hooks` as the settings' "hooks" value."""
     dirs = _scratch(scratch)
-    command, log = _write_hook(scratch, fmt=fmt, deny_at=deny_at, reason=reason)
-    hook = {"type": "command", "command": command, "timeout": 30000}
-    settings = {
-        "security": {"auth": {"selectedType": "gemini-api-key"}},
-        "privacy": {"usageStatisticsEnabled": False},  # no usage pings to Google from a test
-        "hooks": {
+    log = scratch / "standin.jsonl"
+    if hooks is None:
+        command, log = _write_hook(scratch, fmt=fmt, deny_at=deny_at, reason=reason)
+        hook = {"type": "command", "command": command, "timeout": 30000}
+        hooks = {
             "BeforeTool": [{"matcher": ".*", "hooks": [hook]}],
             "AfterAgent": [{"hooks": [hook]}],
             "SessionEnd": [{"hooks": [hook]}],
-        },
+        }
+    settings = {
+        "security": {"auth": {"selectedType": "gemini-api-key"}},
+        "privacy": {"usageStatisticsEnabled": False},  # no usage pings to Google from a test
+        "hooks": hooks,
     }
     gemini_dir = dirs["home"] / ".gemini"
     gemini_dir.mkdir(exist_ok=True)

@@ -1,0 +1,306 @@
+// The guard's socket from Node: where it is (as breaker/paths.py computes it) and one persistent
+// connection speaking the newline-delimited JSON protocol (PROTOCOL.md), with a stated failure mode.
+//
+// Fail open by default: a check the guard cannot answer within the timeout is allowed and counted,
+// with one log line when the guard goes away and one when it is back. `failClosed` denies instead.
+// Nothing here throws at its caller, and nothing keeps Node alive when no request is waiting.
+
+import { accessSync, constants, statSync } from 'node:fs'
+import { createConnection } from 'node:net'
+import { homedir } from 'node:os'
+import { join, resolve } from 'node:path'
+
+export const PROTOCOL_VERSION = 1
+export const MAX_FRAME = 8 * 1024 * 1024 // the guard's frame limit (breaker.protocol.MAX_FRAME)
+export const DEFAULT_TIMEOUT_MS = 500
+const RETRY_AFTER_TIMEOUT_MS = 1000 // after a timeout (a hung guard), fail fast for this long instead of waiting
+const MAX_REPLY_BUFFER = 64 * 1024 * 1024
+
+function expandUser(path) {
+  if (path === '~') return homedir()
+  if (path.startsWith('~/')) return join(homedir(), path.slice(2))
+  return path
+}
+
+function isDir(path) {
+  try {
+    return statSync(path).isDirectory()
+  } catch {
+    return false
+  }
+}
+
+// Python's tempfile.gettempdir(): $TMPDIR, $TEMP, $TMP, /tmp, /var/tmp, /usr/tmp, the cwd — the
+// first directory we may write into.
+function tempDir(env) {
+  for (const dir of [env.TMPDIR, env.TEMP, env.TMP, '/tmp', '/var/tmp', '/usr/tmp', process.cwd()]) {
+    if (!dir) continue
+    const abs = resolve(dir)
+    try {
+      accessSync(abs, constants.W_OK | constants.X_OK)
+      if (isDir(abs)) return abs
+    } catch {
+      // not writable: the next candidate
+    }
+  }
+  return resolve(process.cwd())
+}
+
+/** `$CBCONSOLE_SOCKET`, else `$XDG_RUNTIME_DIR/cbconsole/guard.sock`, else `<tmp>/cbconsole-<uid>/guard.sock`. */
+export function defaultSocketPath(env = process.env) {
+  if (env.CBCONSOLE_SOCKET) return expandUser(env.CBCONSOLE_SOCKET)
+  const runtime = env.XDG_RUNTIME_DIR
+  if (runtime && isDir(runtime)) return join(runtime, 'cbconsole', 'guard.sock')
+  return join(tempDir(env), `cbconsole-${process.getuid?.() ?? 0}`, 'guard.sock')
+}
+
+/** The plugin's settings from its row's `config` (the guard server validates the same keys and
+ * reports errors; here a bad value falls back to its default with a warning). */
+export function readSettings(config, env = process.env, warn = () => {}) {
+  const c = config !== null && typeof config === 'object' ? config : {}
+  const settings = { enabled: true, failClosed: false, timeoutMs: DEFAULT_TIMEOUT_MS, socket: '' }
+  if (c.enabled === false) settings.enabled = false
+  if (typeof c.failClosed === 'boolean') settings.failClosed = c.failClosed
+  else if (c.failClosed !== undefined) warn(`failClosed: expected true or false, found ${show(c.failClosed)}; using false`)
+  const t = c.guardTimeoutMs
+  if (Number.isInteger(t) && t >= 1 && t <= 60000) settings.timeoutMs = t
+  else if (t !== undefined) warn(`guardTimeoutMs: expected an integer from 1 to 60,000, found ${show(t)}; using ${DEFAULT_TIMEOUT_MS}`)
+  if (typeof c.guardSocket === 'string' && c.guardSocket !== '') settings.socket = expandUser(c.guardSocket)
+  else if (c.guardSocket !== undefined && c.guardSocket !== '') warn(`guardSocket: expected a path, found ${show(c.guardSocket)}; using the default`)
+  if (!settings.socket) settings.socket = defaultSocketPath(env)
+  return settings
+}
+
+function show(value) {
+  try {
+    return JSON.stringify(value) ?? String(value)
+  } catch {
+    return String(value)
+  }
+}
+
+const ALLOW = Object.freeze({ allowed: true, kind: null, reason: '', fallback: false })
+
+/** One connection to the guard, shared by every agent of this dsh process. */
+export class GuardConnection {
+  constructor({
+    path,
+    timeoutMs = DEFAULT_TIMEOUT_MS,
+    failClosed = false,
+    harness = 'dsh',
+    version = '',
+    onInterrupt = () => {},
+    log = (line) => console.error(line),
+  }) {
+    this.path = path
+    this.timeoutMs = timeoutMs
+    this.failClosed = failClosed
+    this.harness = harness
+    this.version = version
+    this.onInterrupt = onInterrupt
+    this.log = log
+    this.misses = 0
+    this.closed = false
+    this.downSince = null
+    this.retryAt = 0
+    this.ids = 0
+    this.socket = null
+    this.connecting = null
+    this.pending = new Map() // id -> { resolve, reject, timer }
+    this.buffer = ''
+  }
+
+  /** Ask before a tool call: `{allowed, kind, reason, fallback}`. Never rejects. */
+  async check({ agent, tool, args, parent = null, callId = null }) {
+    const fields = { agent, tool, harness: this.harness, parent, call_id: callId, args }
+    try {
+      let reply = await this.request('check', fields)
+      if (reply.error?.code === 'bad_json') {
+        // JSON the guard cannot read (a lone surrogate): ask again with the args as unjudgeable.
+        reply = await this.request('check', { ...fields, args: null, args_unserializable: true })
+      }
+      if (reply.decision === 'allow' || reply.decision === 'deny') this.healthy()
+      if (reply.decision === 'allow') return ALLOW
+      if (reply.decision === 'deny') {
+        return { allowed: false, kind: reply.kind ?? null, reason: String(reply.reason || 'Circuit breaker: denied'), fallback: false }
+      }
+      throw new Error(reply.error ? `${reply.error.code}: ${reply.error.message}` : `unexpected reply ${show(reply).slice(0, 200)}`)
+    } catch (error) {
+      return this.miss(String(error?.message ?? error))
+    }
+  }
+
+  /** Tell the guard an agent is gone (frees its state). Fire and forget. */
+  agentEnd(agent) {
+    this.request('agent_end', { agent }).catch(() => {})
+  }
+
+  /** One request/reply. Rejects with an Error saying why the guard could not be asked. */
+  async request(op, fields) {
+    if (this.closed) throw new Error('the plugin is unloading')
+    if (Date.now() < this.retryAt) throw new Error('the guard timed out recently; not asking again yet')
+    const id = ++this.ids
+    let frameText = encode(op, id, fields)
+    if (op === 'check' && (frameText === undefined || Buffer.byteLength(frameText) > MAX_FRAME)) {
+      // Args the guard cannot be sent are "unjudgeable": allowed and counted, as the engine does.
+      frameText = encode(op, id, { ...fields, args: null, args_unserializable: true })
+    }
+    if (frameText === undefined) throw new Error(`cannot encode the ${op} request`)
+    let timer
+    const reply = new Promise((resolve, reject) => {
+      timer = setTimeout(() => {
+        this.pending.delete(id)
+        this.retryAt = Date.now() + RETRY_AFTER_TIMEOUT_MS
+        this.drop(new Error(`no answer within ${this.timeoutMs} ms`))
+        reject(new Error(`no answer within ${this.timeoutMs} ms`))
+      }, this.timeoutMs)
+      this.pending.set(id, { resolve, reject, timer })
+    })
+    reply.catch(() => {}) // a rejection before we await it below is not "unhandled"
+    try {
+      const socket = await this.connect()
+      socket.ref() // keep Node alive while an answer is due
+      socket.write(frameText)
+      return await reply
+    } catch (error) {
+      clearTimeout(timer)
+      this.pending.delete(id)
+      throw error
+    } finally {
+      if (this.pending.size === 0) this.socket?.unref()
+    }
+  }
+
+  connect() {
+    if (this.socket !== null) return Promise.resolve(this.socket)
+    if (this.connecting !== null) return this.connecting
+    this.connecting = new Promise((resolve, reject) => {
+      const socket = createConnection({ path: this.path })
+      socket.setEncoding('utf8')
+      const failed = (error) => {
+        this.connecting = null
+        socket.destroy()
+        reject(new Error(`cannot reach the guard at ${this.path}: ${error.code ?? error.message}`))
+      }
+      socket.once('error', failed)
+      socket.once('connect', () => {
+        socket.off('error', failed)
+        this.connecting = null
+        if (this.closed) {
+          socket.destroy()
+          reject(new Error('the plugin is unloading'))
+          return
+        }
+        this.socket = socket
+        this.buffer = ''
+        socket.on('data', (chunk) => this.received(socket, chunk))
+        socket.on('error', (error) => this.lost(socket, error))
+        socket.on('close', () => this.lost(socket, new Error('the guard closed the connection')))
+        // Pipelined with the first request: the handshake costs no round trip.
+        socket.write(
+          encode('hello', ++this.ids, {
+            harness: this.harness,
+            version: this.version,
+            pid: process.pid,
+            capabilities: ['interrupt'],
+            role: 'harness',
+            protocol: PROTOCOL_VERSION,
+          }),
+        )
+        resolve(socket)
+      })
+    })
+    return this.connecting
+  }
+
+  received(socket, chunk) {
+    if (socket !== this.socket) return
+    this.buffer += chunk
+    let nl = this.buffer.indexOf('\n')
+    while (nl >= 0) {
+      const line = this.buffer.slice(0, nl)
+      this.buffer = this.buffer.slice(nl + 1)
+      nl = this.buffer.indexOf('\n')
+      let msg
+      try {
+        msg = JSON.parse(line)
+      } catch {
+        continue
+      }
+      if (msg === null || typeof msg !== 'object') continue
+      if (msg.event === 'interrupt') {
+        try {
+          this.onInterrupt(String(msg.agent ?? ''), String(msg.reason ?? ''))
+        } catch (error) {
+          this.log(`circuit-breaker: interrupt handler failed: ${error?.message ?? error}`)
+        }
+        continue
+      }
+      // Replies come in request order, so an error the guard could not tie to a request (a frame it
+      // could not parse: `"id": null`) answers the oldest one waiting.
+      const id = msg.id === null && msg.error ? this.pending.keys().next().value : msg.id
+      const waiter = this.pending.get(id)
+      if (waiter !== undefined) {
+        this.pending.delete(id)
+        clearTimeout(waiter.timer)
+        waiter.resolve(msg)
+      }
+    }
+    if (this.buffer.length > MAX_REPLY_BUFFER) this.drop(new Error('the guard sent an oversized frame'))
+  }
+
+  lost(socket, error) {
+    if (socket === this.socket) this.drop(error)
+  }
+
+  drop(error) {
+    const socket = this.socket
+    this.socket = null
+    this.buffer = ''
+    socket?.destroy()
+    for (const [id, waiter] of this.pending) {
+      this.pending.delete(id)
+      clearTimeout(waiter.timer)
+      waiter.reject(error)
+    }
+  }
+
+  miss(why) {
+    this.misses += 1
+    if (this.downSince === null) {
+      this.downSince = Date.now()
+      const mode = this.failClosed ? 'denying tool calls (fail closed)' : 'allowing tool calls (fail open)'
+      this.log(`circuit-breaker: guard unreachable at ${this.path} (${why}): ${mode} until it is back`)
+    }
+    if (!this.failClosed) return { allowed: true, kind: null, reason: '', fallback: true }
+    return {
+      allowed: false,
+      kind: 'unavailable',
+      reason: `Circuit breaker unreachable (${why}); tool calls are denied until it is back.`,
+      fallback: true,
+    }
+  }
+
+  /** Called after every answered check: logs the end of an outage once. */
+  healthy() {
+    if (this.downSince !== null) {
+      const seconds = ((Date.now() - this.downSince) / 1000).toFixed(1)
+      this.log(`circuit-breaker: guard back at ${this.path} after ${seconds} s; ${this.misses} call(s) were not checked`)
+      this.downSince = null
+      this.misses = 0
+    }
+  }
+
+  close() {
+    this.closed = true
+    this.drop(new Error('the plugin is unloading'))
+  }
+}
+
+function encode(op, id, fields) {
+  try {
+    return JSON.stringify({ op, id, ...fields }) + '\n'
+  } catch {
+    return undefined // BigInt, a cycle: the caller sends the args as unjudgeable
+  }
+}

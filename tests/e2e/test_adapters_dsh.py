@@ -1,0 +1,331 @@
+"""The dsh plugin (breaker/dsh_plugin) in the real dsh 0.1.0-rc.8 against a real guard process.
+
+The seed's story (six `echo cbprobe4` run, the seventh and later are denied, the model reads why, one
+incident line names the agent), a background subagent caught apart from its parent, the operator's
+interrupt cancelling a looping agent, the guard being away, and the install by `dsh plugin add`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from breaker import Config, Guard
+from breaker.hook import plugin_dir
+from tests.conftest import GuardProcess, request
+
+from . import harnesses
+from .fakemodel import FakeModel, ModelRequest, Reply, Text, ToolCall, loop_script
+from .harnesses import Harness, InstallError
+from .runs import dsh_sessions, read_dsh_session, run_dsh_with, run_process
+from .scenarios import DSH_SPAWN, dsh_bash, is_child, parent_child_script
+
+pytestmark = pytest.mark.e2e
+
+PLUGIN = Path(plugin_dir()) / "index.mjs"
+UUID = r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
+PNPM_VERSION = "12.21.0"  # only `dsh plugin add` needs it (dsh forwards to pnpm)
+
+
+def deny_reason(tool: str = "bash", limit: int = 6) -> str:
+    """The guard's deny text for the call after `limit` identical ones, from the engine itself."""
+    guard = Guard(Config(duplicate_limit=limit))
+    for _ in range(limit):
+        guard.check("a", tool, {"command": "echo cbprobe4"})
+    verdict = guard.check("a", tool, {"command": "echo cbprobe4"})
+    assert not verdict.allowed
+    return verdict.reason
+
+
+def plugin_guard(guard_factory, tmp_path: Path, **config: Any) -> GuardProcess:  # type: ignore[no-untyped-def]
+    """A guard whose patch layer holds the plugin's insert row; dsh reads the same file (one row
+    configures both sides, as the user's profile layer does)."""
+    g = guard_factory(start=False)
+    row = {
+        "id": "circuit-breaker",
+        "name": str(PLUGIN),
+        "config": {"guardSocket": str(g.socket), "incidentLog": str(tmp_path / "incidents.jsonl"), **config},
+    }
+    g.patch.write_text(json.dumps([{"insert": [row]}], indent=1) + "\n")
+    return g.start()
+
+
+def incidents(tmp_path: Path) -> list[dict[str, Any]]:
+    path = tmp_path / "incidents.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def agents(g: GuardProcess) -> dict[str, dict[str, Any]]:
+    state = request(g.socket, {"op": "snapshot", "id": 1})["state"]
+    return {a["agent"]: a for a in state["agents"]}
+
+
+def results_after_each_call(requests: list[ModelRequest]) -> list[str]:
+    by_step: dict[int, str] = {}
+    for r in requests:
+        if r.prior_calls and r.tool_results:
+            by_step.setdefault(r.prior_calls, r.tool_results[-1])
+    return [by_step[k] for k in sorted(by_step)]
+
+
+# --- the seed's story ------------------------------------------------------------------------------
+
+
+def test_dsh_six_echo_calls_run_the_seventh_is_denied_the_model_reads_why_and_one_incident_names_the_agent(
+    dsh, guard_factory, tmp_path, timed
+):
+    g = plugin_guard(guard_factory, tmp_path)
+    with FakeModel(loop_script(10)) as fm:  # `echo cbprobe4`, a new `description` each time
+        run = timed(run_dsh_with(dsh, fm, tmp_path / "dsh", patches=[g.patch]))
+    assert run.returncode == 0, run.describe()
+    assert "Done: ran the probe 10 times." in run.stdout
+
+    denied = f"Error: {deny_reason()}"
+    assert results_after_each_call(fm.agentic()) == ["cbprobe4\n"] * 6 + [denied] * 4, run.describe()
+
+    (agent,) = dsh_sessions(run)  # the session directory is named by the agent's id
+    assert re.fullmatch(f"session-{UUID}", agent)
+    (line,) = incidents(tmp_path)
+    assert {k: line[k] for k in ("kind", "tool", "count", "limit", "agent")} == {
+        "kind": "duplicate",
+        "tool": "bash",
+        "count": 6,
+        "limit": 6,
+        "agent": agent,
+    }
+    seen = agents(g)[agent]
+    assert (seen["harness"], seen["parent"], seen["calls"], seen["status"]) == ("dsh", None, 6, "duplicate")
+    # On disk, dsh recorded the four denials as error results of the calls themselves.
+    records = read_dsh_session(run.paths["sessions"].glob(f"*/{agent}/session.jsonl*").__next__())
+    errors = [r for r in records if r["type"] == "tool/result" and r["data"]["message"]["content"][0]["isError"]]
+    assert len(errors) == 4
+
+
+def test_dsh_background_subagent_loop_is_caught_apart_from_its_parent(dsh, guard_factory, tmp_path, timed):
+    g = plugin_guard(guard_factory, tmp_path)
+    seen_during_run: dict[str, Any] = {}
+    child_done = threading.Event()
+
+    def child_ended() -> bool:
+        return child_done.is_set()
+
+    inner = parent_child_script(
+        spawn=DSH_SPAWN,
+        parent_call=dsh_bash("parent"),
+        child_call=dsh_bash("child"),
+        parent_calls=4,
+        child_calls=9,
+        child_ended=child_ended,
+    )
+
+    def script(req: ModelRequest) -> Reply:
+        if is_child(req) and req.prior_calls == 9:  # the child's last turn: what does the guard hold now?
+            seen_during_run.update(agents(g))
+            child_done.set()
+        return inner(req)
+
+    with FakeModel(script) as fm:
+        run = timed(run_dsh_with(dsh, fm, tmp_path / "dsh", patches=[g.patch]))
+    assert run.returncode == 0, run.describe()
+    assert "parent done" in run.stdout
+
+    sessions = dsh_sessions(run)
+    (root,) = [a for a in sessions if a.startswith("session-")]
+    (child,) = [a for a in sessions if a != root]
+    assert re.fullmatch(UUID, child)
+    # Keyed apart: the parent's five identical calls and the child's first six all ran; the child's
+    # 7th is its own 7th. Counted together, 11 identical calls would have tripped the parent too.
+    denied = f"Error: {deny_reason()}"
+    child_results = results_after_each_call([r for r in fm.agentic() if is_child(r)])
+    assert child_results == ["cbprobe4\n"] * 6 + [denied] * 3, run.describe()
+    parent_results = results_after_each_call([r for r in fm.agentic() if not is_child(r)])
+    assert [r for r in parent_results if r.startswith("Error")] == [], run.describe()
+    assert [(i["agent"], i["kind"]) for i in incidents(tmp_path)] == [(child, "duplicate")]
+    # The guard knew the child's parent while it ran, and forgot the child when dsh disposed it.
+    assert seen_during_run[child]["parent"] == root and seen_during_run[child]["calls"] == 6
+    assert seen_during_run[root]["parent"] is None
+    now = agents(g)
+    assert child not in now and now[root]["calls"] == 6  # spawn + 5 echoes
+
+
+# --- the operator's interrupt ---------------------------------------------------------------------
+
+
+def with_interrupt(inner, g: GuardProcess, *, child: bool, at_step: int, reason: str, replies: list):  # type: ignore[no-untyped-def]
+    """Wrap a script: when the root's (or the child's) conversation has made `at_step` calls, the
+    operator interrupts that agent as the console does, then the model takes its time to answer:
+    the guard's push must cancel the agent while its model request is in flight."""
+
+    def script(req: ModelRequest) -> Reply:
+        if is_child(req) == child and req.prior_calls == at_step and not replies:
+            (agent,) = [a for a, view in agents(g).items() if (view["parent"] is not None) == child]
+            replies.append((agent, request(g.socket, {"op": "interrupt", "id": 9, "agent": agent, "reason": reason})))
+            time.sleep(1.5)
+        return inner(req)
+
+    return script
+
+
+def test_dsh_operator_interrupt_cancels_a_looping_root_agent_and_its_later_calls_are_denied(
+    dsh, guard_factory, tmp_path, timed
+):
+    g = plugin_guard(guard_factory, tmp_path)
+    replies: list = []
+    script = with_interrupt(loop_script(50), g, child=False, at_step=3, reason="looping on echo", replies=replies)
+    with FakeModel(script) as fm:
+        run = timed(run_dsh_with(dsh, fm, tmp_path / "dsh", patches=[g.patch]))
+    (agent, reply), *_ = replies
+    assert reply == {"id": 9, "ok": True, "notified": 1}  # the plugin's connection was told
+    # Headless dsh reports a turn that did not complete: nothing printed, exit 1.
+    assert run.returncode == 1 and run.stdout.strip() == "", run.describe()
+    assert len(fm.agentic()) == 4, run.describe()  # 3 calls, then the request the cancel cut short
+    assert f"circuit-breaker: cancelling agent {agent} on the operator's interrupt (looping on echo)" in run.stderr
+    records = read_dsh_session(dsh_sessions(run)[agent])
+    assert [r["data"]["step"] for r in records if r["type"] == "tool/call"] == [1, 2, 3]
+    assert [(r["type"], r["data"]) for r in records[-2:]] == [
+        ("step/start", {"turn": 1, "step": 4}),
+        ("step/end", {"turn": 1, "step": 4}),
+    ]  # the 4th step was cut short: no answer, no call; headless dsh exits without closing the turn
+    view = agents(g)[agent]
+    assert view["calls"] == 3 and view["status"] == "interrupted"
+    later = request(g.socket, {"op": "check", "id": 2, "agent": agent, "tool": "bash", "args": {"command": "ls"}})
+    assert (later["decision"], later["kind"]) == ("deny", "interrupted")
+
+
+def test_dsh_operator_interrupt_during_a_subagents_tool_call_stops_it_and_the_parent_is_told(
+    dsh, guard_factory, tmp_path, timed
+):
+    g = plugin_guard(guard_factory, tmp_path)
+    replies: list = []
+    child_call, parent_call = dsh_bash("child"), dsh_bash("parent", "echo parent")
+
+    def interrupt_soon() -> None:
+        time.sleep(1.0)  # the child is inside its `sleep 5` call now
+        (child,) = [a for a, view in agents(g).items() if view["parent"] is not None]
+        replies.append(
+            (child, request(g.socket, {"op": "interrupt", "id": 9, "agent": child, "reason": "stuck child"}))
+        )
+
+    def script(req: ModelRequest) -> Reply:
+        if is_child(req):
+            if req.prior_calls == 3:
+                threading.Thread(target=interrupt_soon, daemon=True).start()
+                return ToolCall("bash", {"command": "sleep 5; echo cbprobe4", "description": "Run child step 4"})
+            return child_call(req.prior_calls + 1)  # loops until stopped
+        if req.prior_calls == 0:
+            return DSH_SPAWN
+        if (replies and f"Background subagent {replies[0][0]} " in req.raw) or req.prior_calls > 40:
+            return Text("parent done")  # the parent heard how its child ended
+        time.sleep(0.2)
+        return parent_call(req.prior_calls)
+
+    with FakeModel(script) as fm:
+        run = timed(run_dsh_with(dsh, fm, tmp_path / "dsh", patches=[g.patch]))
+    (child, reply), *_ = replies
+    assert reply["notified"] == 1  # the plugin's connection was told
+    assert run.returncode == 0 and "parent done" in run.stdout, run.describe()
+    assert f"circuit-breaker: cancelling agent {child} on the operator's interrupt (stuck child)" in run.stderr
+    assert len([r for r in fm.agentic() if is_child(r)]) == 4, run.describe()  # nothing after the cancel
+    # dsh ends the child's turn as aborted by our hook, and tells the parent in its own words.
+    turn_end = [r for r in read_dsh_session(dsh_sessions(run)[child]) if r["type"] == "turn/end"][-1]
+    assert turn_end["data"]["reason"] == {
+        "kind": "aborted",
+        "reason": {"kind": "hook", "reason": "circuit breaker: interrupted by the operator (stuck child)"},
+    }
+    assert fm.containing(f"Background subagent {child} was stopped before it finished"), run.describe()
+    assert child not in agents(g)  # dsh disposed the child, and the plugin told the guard
+
+
+# --- the guard away ------------------------------------------------------------------------------
+
+
+def _absent_guard_rows(tmp_path: Path, **config: Any) -> list[dict[str, Any]]:
+    sock = tmp_path / "nobody" / "guard.sock"
+    return [
+        {"insert": [{"id": "circuit-breaker", "name": str(PLUGIN), "config": {"guardSocket": str(sock), **config}}]}
+    ]
+
+
+def test_dsh_guard_unreachable_fails_open_with_one_log_line(dsh, tmp_path, timed):
+    with FakeModel(loop_script(4)) as fm:
+        run = timed(run_dsh_with(dsh, fm, tmp_path / "dsh", _absent_guard_rows(tmp_path)))
+    assert run.returncode == 0, run.describe()
+    assert results_after_each_call(fm.agentic()) == ["cbprobe4\n"] * 4
+    lines = [line for line in (run.stdout + run.stderr).splitlines() if "guard unreachable" in line]
+    assert len(lines) == 1, run.describe()
+    assert "allowing tool calls (fail open)" in lines[0] and str(tmp_path / "nobody" / "guard.sock") in lines[0]
+
+
+def test_dsh_guard_unreachable_with_fail_closed_denies_every_call(dsh, tmp_path, timed):
+    with FakeModel(loop_script(3)) as fm:
+        run = timed(run_dsh_with(dsh, fm, tmp_path / "dsh", _absent_guard_rows(tmp_path, failClosed=True)))
+    assert run.returncode == 0, run.describe()
+    results = results_after_each_call(fm.agentic())
+    assert len(results) == 3 and all(r.startswith("Error: Circuit breaker unreachable (") for r in results), results
+    assert "denying tool calls (fail closed)" in run.stdout + run.stderr
+
+
+def test_dsh_plugin_finds_the_guard_through_cbconsole_socket(dsh, guard_factory, tmp_path, timed):
+    g = guard_factory(patch_text="- id: circuit-breaker\n  config:\n    duplicateLimit: 2\n")
+    rows = [{"insert": [{"id": "circuit-breaker", "name": str(PLUGIN)}]}]  # no config: the defaults
+    with FakeModel(loop_script(3)) as fm:
+        run = timed(run_dsh_with(dsh, fm, tmp_path / "dsh", rows, env={"CBCONSOLE_SOCKET": str(g.socket)}))
+    assert run.returncode == 0, run.describe()
+    assert results_after_each_call(fm.agentic()) == ["cbprobe4\n"] * 2 + [f"Error: {deny_reason(limit=2)}"]
+
+
+# --- installed as a bundle by `dsh plugin add` ----------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def pnpm() -> Harness:
+    """pnpm from npm (dsh's `plugin` command forwards to it), cached like the harnesses."""
+    try:
+        return harnesses._ensure_npm_harness("pnpm", {"pnpm": PNPM_VERSION}, "pnpm", ["--version"], PNPM_VERSION)
+    except InstallError as e:  # loud: a registry that cannot be reached fails the run, never skips it
+        pytest.fail(f"could not install pnpm: {e}", pytrace=False)
+
+
+def test_dsh_plugin_add_of_the_path_cbhook_prints_installs_the_bundle_and_its_row(
+    dsh, pnpm, guard_factory, tmp_path, timed
+):
+    import subprocess
+    import sys
+
+    path = subprocess.run(
+        [sys.executable, "-m", "breaker.hook", "--dsh-plugin-path"], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    assert Path(path) == PLUGIN.parent
+    scratch = tmp_path / "dsh"
+    dsh_home = scratch / "dsh-home"
+    dsh_home.mkdir(parents=True)
+    env = dsh.env({"DSH_HOME": str(dsh_home), "HOME": str(tmp_path), "TMPDIR": str(tmp_path)})
+    env["PATH"] = f"{pnpm.exe.parent}:{env['PATH']}"
+    code, out, err, _ = run_process(
+        [str(dsh.exe), "plugin", "--profile", "headless", "add", path], env=env, cwd=tmp_path, out_dir=tmp_path
+    )
+    assert code == 0, out + err
+    profile = dsh_home / "profiles" / "headless"
+    manifest = json.loads((profile / "package.json").read_text())
+    assert manifest["dsh"]["profile"]["bundles"][-1] == "cbconsole-circuit-breaker"
+
+    # The user's own profile layer configures the row; the guard reads the same layer.
+    g = guard_factory(start=False)
+    (profile / "cordis.patch.yml").write_text(
+        f"- id: circuit-breaker\n  config:\n    duplicateLimit: 2\n    guardSocket: {g.socket}\n"
+    )
+    g.home = dsh_home
+    g.args = ["--profile", "headless"]
+    g.start()
+    assert request(g.socket, {"op": "config_get", "id": 1})["config"]["source"] == str(profile / "cordis.patch.yml")
+    with FakeModel(loop_script(3)) as fm:
+        run = timed(run_dsh_with(dsh, fm, scratch))
+    assert run.returncode == 0, run.describe()
+    assert results_after_each_call(fm.agentic()) == ["cbprobe4\n"] * 2 + [f"Error: {deny_reason(limit=2)}"]
+    assert not (PLUGIN.parent / "node_modules").exists()  # pnpm linked the directory, wrote nothing into it

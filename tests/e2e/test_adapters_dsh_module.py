@@ -1,0 +1,267 @@
+"""The dsh plugin's modules in Node 22, outside dsh: the socket path it computes, its settings, and its
+edge cases against a real guard process (args JSON cannot carry, the operator's interrupt, a hung or
+restarted guard, a throwing logger), driven by a stand-in dsh context. The real dsh runs are in
+test_adapters_dsh.py; these reach the cases a real model run cannot provoke on demand.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import textwrap
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from breaker.hook import plugin_dir
+from tests.conftest import request
+
+from . import harnesses
+from .harnesses import InstallError
+
+PLUGIN = Path(plugin_dir())
+
+# A stand-in for what the plugin uses of dsh: ctx.on, ctx.tools.guard, ctx.agents, ctx.logger, ctx.effect.
+PRELUDE = textwrap.dedent("""
+    import { apply } from %(index)s
+    import * as guardModule from %(guard)s
+    export const logs = []
+    export function fakeCtx({ throwingLogger = false } = {}) {
+      const listeners = new Map(), guards = [], known = new Map()
+      const ctx = {
+        listeners, guards, known,
+        logger: { warn: (line) => { if (throwingLogger) throw new Error('logger broke'); logs.push(line) } },
+        on(name, fn) { listeners.set(name, fn) },
+        tools: { guard(fn) { guards.push(fn) } },
+        agents: { get: (id) => known.get(id) },
+        effect(fn) { ctx.dispose = fn() },
+      }
+      return ctx
+    }
+    export function agent(id, parent) {
+      const a = { id, cancels: [], session: { header: parent ? { id, parentSession: parent } : { id } },
+                  cancel(reason) { a.cancels.push(reason) } }
+      return a
+    }
+    let n = 0
+    export async function call(ctx, who, args, name = 'bash') {
+      const exec = { callId: `call_${++n}`, name, arguments: args, agent: who }
+      await ctx.listeners.get('tools/pre-execute')(exec, async () => ({ kind: 'allow' }))
+      for (const g of ctx.guards) { const r = g(exec); if (r !== undefined) return r }
+      return null
+    }
+    export const sleep = (ms) => new Promise((r) => setTimeout(r, ms))
+    export { apply, guardModule }
+""")
+
+
+@pytest.fixture(scope="session")
+def node() -> Path:
+    try:
+        return harnesses.ensure_node22() / "node"
+    except InstallError as e:  # loud: never a skip
+        pytest.fail(f"could not install Node 22: {e}", pytrace=False)
+
+
+def run_node(
+    node: Path, tmp_path: Path, body: str, *args: str, timeout: float = 60, env: dict[str, str] | None = None
+) -> dict[str, Any]:
+    """Run `body` (an async module body that sets `result`) with the prelude; returns `result`."""
+    prelude = tmp_path / "prelude.mjs"
+    prelude.write_text(
+        PRELUDE
+        % {"index": json.dumps((PLUGIN / "index.mjs").as_uri()), "guard": json.dumps((PLUGIN / "guard.mjs").as_uri())}
+    )
+    script = tmp_path / "scenario.mjs"
+    script.write_text(
+        "import { fakeCtx, agent, call, sleep, logs, apply, guardModule } from './prelude.mjs'\n"
+        "const argv = process.argv.slice(2)\nlet result = {}\n"
+        + textwrap.dedent(body)
+        + "\nresult.logs = logs\nconsole.log(JSON.stringify(result))\nprocess.exit(0)\n"
+    )
+    out = subprocess.run([str(node), str(script), *args], capture_output=True, text=True, timeout=timeout, env=env)
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    result["stderr"] = out.stderr
+    return result
+
+
+def views(socket_path: Path) -> dict[str, dict[str, Any]]:
+    state = request(socket_path, {"op": "snapshot", "id": 1})["state"]
+    return {a["agent"]: a for a in state["agents"]}
+
+
+# --- where the guard is --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "env",
+    [
+        {"CBCONSOLE_SOCKET": "~/cb/guard.sock"},
+        {"CBCONSOLE_SOCKET": "/run/x/guard.sock", "XDG_RUNTIME_DIR": "."},
+        {"XDG_RUNTIME_DIR": "."},
+        {"XDG_RUNTIME_DIR": "/does/not/exist", "TMPDIR": "."},
+        {"TMPDIR": "."},
+        {"TMPDIR": "/does/not/exist", "TEMP": "."},
+        {},
+    ],
+    ids=["env", "env-over-xdg", "xdg", "xdg-missing", "tmpdir", "tmpdir-missing", "nothing"],
+)
+def test_the_plugin_computes_the_socket_path_python_does(node, tmp_path, env):
+    # Both read their real environment (Python's tempfile does), so each runs with `env` as its own.
+    env = {k: (str(tmp_path) if v == "." else v) for k, v in env.items()}
+    env["HOME"] = str(tmp_path / "home")
+    got = run_node(node, tmp_path, "result.path = guardModule.defaultSocketPath()", env=env)["path"]
+    code = "from breaker.paths import default_socket_path; print(default_socket_path())"
+    want = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env)
+    assert got == want.stdout.strip()
+
+
+def test_bad_settings_fall_back_to_their_defaults_with_a_warning_naming_the_key(node, tmp_path):
+    body = """
+    const warnings = []
+    result.s = guardModule.readSettings({ failClosed: 'yes', guardTimeoutMs: 0, guardSocket: 7 },
+                                        { CBCONSOLE_SOCKET: '/x/g.sock' }, (w) => warnings.push(w))
+    result.warnings = warnings
+    result.good = guardModule.readSettings({ failClosed: true, guardTimeoutMs: 60000, guardSocket: '/y.sock' }, {})
+    result.none = guardModule.readSettings(null, { CBCONSOLE_SOCKET: '/z.sock' })
+    """
+    r = run_node(node, tmp_path, body)
+    assert r["s"] == {"enabled": True, "failClosed": False, "timeoutMs": 500, "socket": "/x/g.sock"}
+    assert [w.split(":")[0] for w in r["warnings"]] == ["failClosed", "guardTimeoutMs", "guardSocket"]
+    assert r["good"] == {"enabled": True, "failClosed": True, "timeoutMs": 60000, "socket": "/y.sock"}
+    assert r["none"]["socket"] == "/z.sock"
+
+
+# --- against a real guard --------------------------------------------------------------------------
+
+
+def test_args_json_cannot_carry_are_allowed_and_counted_as_unjudgeable(node, tmp_path, guard):
+    body = """
+    const ctx = fakeCtx()
+    apply(ctx, { guardSocket: argv[0] })
+    const a = agent('session-odd')
+    const cyclic = {}; cyclic.self = cyclic
+    result.denials = []
+    for (const args of [{ n: 10n }, cyclic, { s: 'x\\ud800y' }, { big: 'z'.repeat(9 * 1024 * 1024) }]) {
+      for (let i = 0; i < 2; i++) result.denials.push(await call(ctx, a, args))
+    }
+    ctx.dispose()
+    """
+    r = run_node(node, tmp_path, body, str(guard.socket))
+    assert r["denials"] == [None] * 8
+    assert views(guard.socket)["session-odd"]["calls"] == 8  # counted, never matching each other
+
+
+def test_an_interrupt_push_cancels_the_agent_with_a_hook_reason(node, tmp_path, guard):
+    body = """
+    const ctx = fakeCtx()
+    apply(ctx, { guardSocket: argv[0] })
+    const child = agent('7f3e2a10-0000-4000-8000-00000000000c', 'session-root')
+    await call(ctx, child, { command: 'ls' })
+    process.stdout.write('checked\\n')
+    while (child.cancels.length === 0) await sleep(10)   // the test interrupts now
+    result.cancels = child.cancels
+    result.after = await call(ctx, child, { command: 'pwd' })
+    ctx.dispose()
+    """
+    prelude_done = threading.Event()
+    outcome: dict[str, Any] = {}
+
+    def drive() -> None:
+        outcome.update(run_node(node, tmp_path, body, str(guard.socket)))
+        prelude_done.set()
+
+    thread = threading.Thread(target=drive)
+    thread.start()
+    agent = "7f3e2a10-0000-4000-8000-00000000000c"
+    for _ in range(500):
+        if agent in views(guard.socket):
+            break
+        threading.Event().wait(0.01)
+    assert views(guard.socket)[agent]["parent"] == "session-root"
+    reply = request(guard.socket, {"op": "interrupt", "id": 1, "agent": agent, "reason": "stuck"})
+    assert reply["notified"] == 1
+    thread.join(60)
+    assert prelude_done.is_set()
+    assert outcome["cancels"][0] == {"kind": "hook", "reason": "circuit breaker: interrupted by the operator (stuck)"}
+    assert outcome["after"].startswith("Circuit breaker (interrupted)")
+    assert len(outcome["cancels"]) == 2  # the denied call cancels again: a missed push cannot let it run on
+
+
+def test_agent_disposed_makes_the_guard_forget_the_agent_and_calls_without_an_agent_pass(node, tmp_path, guard):
+    body = """
+    const ctx = fakeCtx()
+    apply(ctx, { guardSocket: argv[0] })
+    const a = agent('gone-soon')
+    await call(ctx, a, { command: 'ls' })
+    await call(ctx, agent('stays'), { command: 'ls' })
+    ctx.listeners.get('agent/disposed')({ agent: a })
+    result.noAgent = await call(ctx, undefined, { command: 'ls' })
+    await sleep(200)
+    ctx.dispose()
+    """
+    r = run_node(node, tmp_path, body, str(guard.socket))
+    assert r["noAgent"] is None
+    assert set(views(guard.socket)) == {"stays"}
+
+
+def test_a_hung_guard_costs_one_timeout_then_fails_fast_with_one_log_line(node, tmp_path):
+    path = tmp_path / "hung.sock"
+    server = socket.socket(socket.AF_UNIX)
+    server.bind(str(path))
+    server.listen(8)
+    held: list[socket.socket] = []
+    threading.Thread(target=lambda: held.append(server.accept()[0]), daemon=True).start()
+    body = """
+    const ctx = fakeCtx()
+    apply(ctx, { guardSocket: argv[0], guardTimeoutMs: 300 })
+    const a = agent('session-h')
+    result.ms = []
+    for (let i = 0; i < 4; i++) {
+      const t0 = Date.now()
+      result.denial = await call(ctx, a, { command: `ls ${i}` })
+      result.ms.push(Date.now() - t0)
+    }
+    ctx.dispose()
+    """
+    try:
+        r = run_node(node, tmp_path, body, str(path))
+    finally:
+        server.close()
+        for conn in held:
+            conn.close()
+    assert r["denial"] is None  # fail open
+    assert 250 <= r["ms"][0] < 2000 and max(r["ms"][1:]) < 250, r["ms"]  # later calls do not wait again
+    unreachable = [line for line in r["logs"] if "guard unreachable" in line]
+    assert len(unreachable) == 1 and "no answer within 300 ms" in unreachable[0]
+    assert r["stderr"].count("guard unreachable") == 1  # dsh's logger is silent in headless: stderr too
+
+
+def test_a_guard_that_comes_back_is_used_again_and_the_outage_end_is_logged(node, tmp_path, guard_factory):
+    g = guard_factory(patch_text="- id: circuit-breaker\n  config:\n    duplicateLimit: 1\n", start=False)
+    body = """
+    const ctx = fakeCtx({ throwingLogger: true })          // a broken dsh logger must not matter
+    apply(ctx, { guardSocket: argv[0], failClosed: true })
+    const a = agent('session-back')
+    result.down = await call(ctx, a, { command: 'ls' })
+    process.stdout.write('down\\n')
+    while (!(await import('node:fs')).existsSync(argv[0])) await sleep(20)
+    await sleep(200)
+    result.first = await call(ctx, a, { command: 'ls' })
+    result.second = await call(ctx, a, { command: 'ls' })
+    ctx.dispose()
+    """
+    outcome: dict[str, Any] = {}
+    thread = threading.Thread(target=lambda: outcome.update(run_node(node, tmp_path, body, str(g.socket))))
+    thread.start()
+    threading.Event().wait(1.0)
+    g.start()
+    thread.join(60)
+    assert outcome["down"].startswith("Circuit breaker unreachable (")  # fail closed while it was away
+    assert outcome["first"] is None and outcome["second"].startswith("Circuit breaker (duplicate)")
+    assert "guard back at" in outcome["stderr"] and "1 call(s) were not checked" in outcome["stderr"]

@@ -1,0 +1,428 @@
+"""The console against a real guard process: every operator action, asserted on the screen and on the guard."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from breaker.client import GuardClient
+from console.app import CBConsole
+from console.screens.config import ConfigScreen
+from console.screens.confirm import ConfirmScreen
+from console.screens.help import HelpScreen
+from console.widgets.agents import AgentsTable
+from console.widgets.header import GuardHeader
+from console.widgets.keys import KeysTable
+from console.widgets.trips import TripsTable
+from tests.conftest import request
+
+SIZE = (160, 45)
+
+
+def text_of(widget) -> str:
+    return str(widget.content)
+
+
+def row_text(table, key: str) -> list[str]:
+    return [cell.plain for cell in table.get_row(key)]
+
+
+async def until(pilot, predicate: Callable[[], bool], timeout: float = 10.0, what: str = "condition") -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for: {what}")
+        await pilot.pause(0.05)
+
+
+def app_for(guard, **kw) -> CBConsole:
+    return CBConsole(socket_path=guard.socket, mode="attach", **kw)
+
+
+def loop(guard, agent: str, n: int, tool: str = "web_search", args: dict | None = None, **extra) -> list:
+    client = GuardClient(guard.socket, harness=extra.pop("harness", "pytest"))
+    out = [client.check(agent, tool, args if args is not None else {"query": "the same"}, **extra) for _ in range(n)]
+    client.close()
+    return out
+
+
+async def select(pilot, app: CBConsole, agent: str) -> None:
+    table = app.query_one(AgentsTable)
+    await until(pilot, lambda: agent in table._cells, what=f"{agent} on screen")
+    table.move_cursor(row=table.get_row_index(agent))
+    await until(pilot, lambda: table.selected == agent, what=f"{agent} selected")
+
+
+async def test_agents_keys_trips_and_header_show_live_state(guard):
+    app = app_for(guard)
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: app.state.guard_status == "attached", what="attached")
+        await asyncio.to_thread(loop, guard, "looper-1", 9, harness="dsh")
+        await asyncio.to_thread(loop, guard, "calm-1", 2, "read", {"path": "a"}, harness="claude-code")
+        table = app.query_one(AgentsTable)
+        await until(pilot, lambda: "looper-1" in table._cells and "calm-1" in table._cells, what="both agents")
+        looper = row_text(table, "looper-1")
+        assert looper[1] == "looper-1" and looper[3] == "dsh" and looper[4] == "6"
+        assert looper[6].endswith("6/6") and looper[8] == "tripped: duplicate"
+        assert table.get_row_index("looper-1") == 0  # most dangerous first
+        keys = app.query_one(KeysTable)
+        await until(pilot, lambda: keys.row_count >= 1)
+        assert row_text(keys, "0")[:3] == ["6/6", "web_search", 'web_search query="the same"']
+        trips = app.query_one(TripsTable)
+        await until(pilot, lambda: trips.row_count == 1, what="one trip")
+        assert row_text(trips, "0")[1:] == ["looper-1", "duplicate", "web_search", "6/6"]
+        header = text_of(app.query_one(GuardHeader))
+        assert "guard attached" in header and str(guard.socket) in header
+        assert "duplicateLimit 6" in header and "window 200" in header and "maxCallsPerAgent 300" in header
+        assert "exempt todo_write, ask_user_question, exit_plan_mode" in header
+        assert "trips 1" in header and "checks 11" in header
+
+
+async def test_cursor_stays_on_the_selected_agent_when_rows_reorder(guard):
+    app = app_for(guard)
+    async with app.run_test(size=SIZE) as pilot:
+        await asyncio.to_thread(loop, guard, "a-quiet", 1, "read", {"path": "x"})
+        await asyncio.to_thread(loop, guard, "b-quiet", 1, "read", {"path": "y"})
+        await select(pilot, app, "b-quiet")
+        table = app.query_one(AgentsTable)
+        await asyncio.to_thread(loop, guard, "c-looper", 8)  # a new, more dangerous row goes on top
+        await until(pilot, lambda: "c-looper" in table._cells and table.get_row_index("c-looper") == 0)
+        await pilot.pause(0.3)
+        assert table.selected == "b-quiet"
+        assert table.get_row_index("b-quiet") == table.cursor_row
+
+
+async def test_interrupt_after_a_confirmation_that_names_the_agent_then_its_calls_are_denied(guard):
+    app = app_for(guard)
+    async with app.run_test(size=SIZE) as pilot:
+        await asyncio.to_thread(loop, guard, "runaway", 3)
+        await select(pilot, app, "runaway")
+        await pilot.press("i")
+        await until(pilot, lambda: isinstance(app.screen, ConfirmScreen), what="the confirmation")
+        body = str(app.screen.query_one("#body").content)
+        assert "runaway" in body and "Stop 1 agent" in body
+        await pilot.press("enter")  # the focused button is Cancel: enter alone does nothing harmful
+        await until(pilot, lambda: not isinstance(app.screen, ConfirmScreen))
+        assert loop(guard, "runaway", 1, "read", {"p": 1})[0].allowed
+        await pilot.press("i")
+        await until(pilot, lambda: isinstance(app.screen, ConfirmScreen))
+        await pilot.press("y")
+        table = app.query_one(AgentsTable)
+        await until(pilot, lambda: row_text(table, "runaway")[8] == "interrupted", what="status interrupted")
+        d = (await asyncio.to_thread(loop, guard, "runaway", 1, "read", {"p": 2}))[0]
+        assert (d.allowed, d.kind) == (False, "interrupted")
+
+
+async def test_interrupting_marked_agents_names_all_of_them(guard):
+    app = app_for(guard)
+    async with app.run_test(size=SIZE) as pilot:
+        for agent in ("m-1", "m-2", "m-3"):
+            await asyncio.to_thread(loop, guard, agent, 1, "read", {"path": agent})
+        for agent in ("m-1", "m-3"):
+            await select(pilot, app, agent)
+            await pilot.press("space")
+        assert app.state.marked == {"m-1", "m-3"}
+        await pilot.press("i")
+        await until(pilot, lambda: isinstance(app.screen, ConfirmScreen))
+        body = str(app.screen.query_one("#body").content)
+        assert "m-1" in body and "m-3" in body and "m-2" not in body and "Stop 2 agents" in body
+        await pilot.press("y")
+        await until(pilot, lambda: not app.state.marked)
+        kinds = {
+            a: (await asyncio.to_thread(loop, guard, a, 1, "read", {"n": 9}))[0].kind for a in ("m-1", "m-2", "m-3")
+        }
+        assert kinds == {"m-1": "interrupted", "m-2": None, "m-3": "interrupted"}
+
+
+async def test_editing_duplicate_limit_writes_the_patch_file_and_applies_live(guard):
+    guard.patch.write_text("# operator layer\n- id: circuit-breaker\n  config:\n    window: 80  # keep me\n")
+    app = app_for(guard)
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: app.state.values.get("window") == 80, what="config from the file")
+        await pilot.press("e")
+        await until(pilot, lambda: isinstance(app.screen, ConfigScreen))
+        box = app.screen.query_one("#f-duplicateLimit")
+        box.value = "3"
+        await pilot.pause(0.1)
+        await pilot.press("ctrl+s")
+        await until(pilot, lambda: app.state.values.get("duplicateLimit") == 3, what="new limit on screen")
+        text = guard.patch.read_text()
+        assert "duplicateLimit: 3" in text and "window: 80  # keep me" in text and text.startswith("# operator layer")
+        decisions = await asyncio.to_thread(loop, guard, "after-edit", 4)
+        assert [d.allowed for d in decisions] == [True, True, True, False]
+        assert "duplicateLimit 3" in text_of(app.query_one(GuardHeader))
+
+
+async def test_the_config_form_refuses_bad_values_and_names_the_key(guard):
+    app = app_for(guard)
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: bool(app.state.values))
+        await pilot.press("e")
+        await until(pilot, lambda: isinstance(app.screen, ConfigScreen))
+        app.screen.query_one("#f-window").value = "0"
+        await pilot.pause(0.1)
+        await pilot.press("ctrl+s")
+        await pilot.pause(0.2)
+        assert isinstance(app.screen, ConfigScreen)  # not saved
+        assert "expected an integer from 1" in str(app.screen.query_one("#p-window").content)
+        assert not guard.patch.exists()
+
+
+async def test_a_hand_edit_of_the_patch_file_shows_up_live(guard):
+    app = app_for(guard)
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: bool(app.state.values))
+        guard.patch.write_text("- id: circuit-breaker\n  config:\n    maxCallsPerAgent: 42\n")
+        header = app.query_one(GuardHeader)
+        await until(pilot, lambda: "maxCallsPerAgent 42" in text_of(header), what="the edit on screen")
+
+
+async def test_exempt_then_unexempt_the_selected_keys_tool(guard):
+    app = app_for(guard)
+    async with app.run_test(size=SIZE) as pilot:
+        await asyncio.to_thread(loop, guard, "searcher", 7)
+        await select(pilot, app, "searcher")
+        await pilot.press("x")
+        await until(pilot, lambda: isinstance(app.screen, ConfirmScreen))
+        assert "web_search" in str(app.screen.query_one("#body").content)
+        await pilot.press("y")
+        await until(pilot, lambda: "web_search" in app.state.values.get("exempt", []), what="exempt on screen")
+        assert "web_search" in guard.patch.read_text()
+        assert all(d.allowed for d in await asyncio.to_thread(loop, guard, "searcher", 5))
+        await pilot.press("x")
+        await until(pilot, lambda: isinstance(app.screen, ConfirmScreen))
+        assert "Un-exempt" in str(app.screen.query_one("#body").content)
+        await pilot.press("y")
+        await until(pilot, lambda: "web_search" not in app.state.values.get("exempt", []))
+        assert not (await asyncio.to_thread(loop, guard, "searcher", 1))[0].allowed
+
+
+async def test_exempt_from_the_top_keys_table_uses_that_keys_tool(guard):
+    app = app_for(guard)
+    async with app.run_test(size=SIZE) as pilot:
+        await asyncio.to_thread(loop, guard, "r1", 3, "read", {"path": "same"})
+        keys = app.query_one(KeysTable)
+        await until(pilot, lambda: keys.row_count >= 1)
+        keys.focus()
+        await pilot.press("x")
+        await until(pilot, lambda: isinstance(app.screen, ConfirmScreen))
+        assert "Exempt read" in str(app.screen.query_one("#body").content)
+        await pilot.press("n")
+        await until(pilot, lambda: not isinstance(app.screen, ConfirmScreen))
+        assert "read" not in (request(guard.socket, {"op": "config_get", "id": 1})["config"]["values"]["exempt"])
+
+
+async def test_reset_clears_the_agents_counts(guard):
+    app = app_for(guard)
+    async with app.run_test(size=SIZE) as pilot:
+        await asyncio.to_thread(loop, guard, "resettable", 8)
+        await select(pilot, app, "resettable")
+        await pilot.press("r")
+        table = app.query_one(AgentsTable)
+        await until(pilot, lambda: row_text(table, "resettable")[4] == "0", what="calls back to 0")
+        assert (await asyncio.to_thread(loop, guard, "resettable", 1))[0].allowed
+
+
+async def test_pause_and_resume_the_guard(guard):
+    app = app_for(guard)
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: bool(app.state.stats))
+        await pilot.press("p")
+        await until(pilot, lambda: isinstance(app.screen, ConfirmScreen))
+        await pilot.press("y")
+        header = app.query_one(GuardHeader)
+        await until(pilot, lambda: "GUARD PAUSED" in text_of(header), what="paused on screen")
+        assert all(d.allowed for d in await asyncio.to_thread(loop, guard, "free", 10))
+        await pilot.press("p")  # resuming needs no confirmation
+        await until(pilot, lambda: "GUARD PAUSED" not in text_of(header))
+        assert [d.allowed for d in await asyncio.to_thread(loop, guard, "free", 7)] == [True] * 6 + [False]
+
+
+async def test_freezing_screen_updates_holds_the_picture_until_unfrozen(guard):
+    app = app_for(guard)
+    async with app.run_test(size=SIZE) as pilot:
+        await asyncio.to_thread(loop, guard, "f-1", 1, "read", {"p": 0})
+        table = app.query_one(AgentsTable)
+        await until(pilot, lambda: "f-1" in table._cells)
+        await pilot.press("z")
+        assert "screen frozen" in text_of(app.query_one(GuardHeader))
+        await asyncio.to_thread(loop, guard, "f-2", 1, "read", {"p": 0})
+        await until(pilot, lambda: "f-2" in app.state.agents, what="the state has it")
+        await pilot.pause(0.4)
+        assert "f-2" not in table._cells  # the screen does not show it yet
+        await pilot.press("z")
+        await until(pilot, lambda: "f-2" in table._cells)
+
+
+async def test_filter_shows_only_matching_agents(guard):
+    app = app_for(guard)
+    async with app.run_test(size=SIZE) as pilot:
+        for agent in ("alpha-1", "beta-1", "alpha-2"):
+            await asyncio.to_thread(loop, guard, agent, 1, "read", {"p": agent})
+        table = app.query_one(AgentsTable)
+        await until(pilot, lambda: len(table._cells) == 3)
+        await pilot.press("slash")
+        await pilot.press(*"alpha")
+        await until(pilot, lambda: set(table._cells) == {"alpha-1", "alpha-2"}, what="filtered rows")
+        await pilot.press("escape")
+        await until(pilot, lambda: len(table._cells) == 3, what="filter cleared")
+
+
+async def test_help_lists_every_key(guard):
+    app = app_for(guard)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("question_mark")
+        await until(pilot, lambda: isinstance(app.screen, HelpScreen))
+        keys = {k for k, _action, _tip in app.screen.keys}
+        assert {"i", "e", "x", "p", "r", "u", "space", "z", "slash", "q"} <= keys
+        await pilot.press("escape")
+        await until(pilot, lambda: not isinstance(app.screen, HelpScreen))
+
+
+async def test_every_action_is_in_the_command_palette(guard):
+    app = app_for(guard)
+    async with app.run_test(size=SIZE) as pilot:
+        titles = {c.title for c in app.get_system_commands(app.screen)}
+        for title in (
+            "Interrupt",
+            "Config",
+            "Exempt",
+            "Pause guard",
+            "Filter",
+            "Help",
+            "Reset",
+            "Uninterrupt",
+            "Mark",
+            "Freeze",
+            "Theme: dark",
+            "Theme: light",
+            "Theme: high-contrast",
+        ):
+            assert title in titles
+
+
+async def test_themes_switch_live_and_recolour_cells(guard):
+    app = app_for(guard, theme="dark")
+    async with app.run_test(size=SIZE) as pilot:
+        await asyncio.to_thread(loop, guard, "t-loop", 7)
+        table = app.query_one(AgentsTable)
+        await until(pilot, lambda: "t-loop" in table._cells)
+        dark_style = str(table.get_row("t-loop")[8].style)
+        app.theme = "cbconsole-light"
+        await until(pilot, lambda: str(table.get_row("t-loop")[8].style) != dark_style, what="recoloured status")
+        assert app.colors()["trip"].lower() in str(table.get_row("t-loop")[8].style).lower()
+
+
+async def test_readonly_greys_out_every_action_that_changes_the_guard(guard):
+    app = app_for(guard, readonly=True)
+    async with app.run_test(size=SIZE) as pilot:
+        await asyncio.to_thread(loop, guard, "ro", 3)
+        await select(pilot, app, "ro")
+        for action in ("interrupt", "edit_config", "exempt", "pause_guard", "reset", "uninterrupt"):
+            assert app.check_action(action, ()) is None
+        await pilot.press("i")
+        await pilot.pause(0.2)
+        assert not isinstance(app.screen, ConfirmScreen)
+        assert "read-only" in text_of(app.query_one(GuardHeader))
+        assert (await asyncio.to_thread(loop, guard, "ro", 1))[0].kind != "interrupted"
+
+
+async def test_trips_log_says_how_many_are_new_when_scrolled_up(guard):
+    app = app_for(guard)
+    async with app.run_test(size=(160, 30)) as pilot:
+        for i in range(20):
+            await asyncio.to_thread(loop, guard, f"tr-{i}", 7)
+        trips = app.query_one(TripsTable)
+        await until(pilot, lambda: trips.row_count == 20)
+        await pilot.pause(0.3)
+        trips.scroll_home(animate=False)
+        await until(pilot, lambda: trips.scroll_y == 0 and not trips.at_bottom, what="scrolled to the top")
+        for i in range(20, 23):
+            await asyncio.to_thread(loop, guard, f"tr-{i}", 7)
+        title = app.query_one("#trips-title")
+        await until(pilot, lambda: "3 new" in text_of(title), what="the new count")
+
+
+async def test_quit_with_harnesses_connected_asks_and_can_leave_the_guard_running(tmp_path, monkeypatch):
+    run = tmp_path / "run"
+    run.mkdir(mode=0o700)
+    sock = run / "guard.sock"
+    monkeypatch.setenv("DSH_HOME", str(tmp_path / "dsh"))
+    app = CBConsole(socket_path=sock, mode="own", patches=[str(tmp_path / "layer.yml")], log_path=tmp_path / "g.log")
+    harness = None
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: app.state.guard_status == "running", what="our guard running")
+        harness = GuardClient(sock, harness="dsh")
+        harness.check("h-1", "read", {"p": 1})
+        await until(pilot, lambda: app.state.stats.get("harnesses") == {"dsh": 1}, what="the harness seen")
+        await pilot.press("q")
+        await until(pilot, lambda: isinstance(app.screen, ConfirmScreen))
+        assert "dsh (1)" in str(app.screen.query_one("#body").content)
+        await pilot.press("l")  # leave it running
+    assert harness.check("h-1", "read", {"p": 2}).fallback is False  # the guard outlived the console
+    pid = request(sock, {"op": "stats", "id": 1})["stats"]["pid"]
+    harness.close()
+    import os
+    import signal
+
+    os.kill(pid, signal.SIGTERM)
+
+
+async def test_quit_without_harnesses_stops_the_guard_it_started(tmp_path, monkeypatch):
+    run = tmp_path / "run"
+    run.mkdir(mode=0o700)
+    sock = run / "guard.sock"
+    monkeypatch.setenv("DSH_HOME", str(tmp_path / "dsh"))
+    app = CBConsole(socket_path=sock, mode="own", log_path=tmp_path / "g.log")
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: app.state.guard_status == "running")
+        pid = app.supervisor.pid
+        await pilot.press("q")
+    assert pid is not None
+    with pytest.raises(ProcessLookupError):
+        import os
+
+        for _ in range(100):
+            os.kill(pid, 0)
+            await asyncio.sleep(0.05)
+    assert not sock.exists()
+
+
+async def test_a_guard_that_dies_is_restarted_and_the_screen_says_so(tmp_path, monkeypatch):
+    run = tmp_path / "run"
+    run.mkdir(mode=0o700)
+    sock = run / "guard.sock"
+    monkeypatch.setenv("DSH_HOME", str(tmp_path / "dsh"))
+    app = CBConsole(socket_path=sock, mode="own", log_path=tmp_path / "g.log")
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: app.state.guard_status == "running")
+        first = app.supervisor.pid
+        import os
+        import signal
+
+        os.kill(first, signal.SIGKILL)
+        header = app.query_one(GuardHeader)
+        await until(pilot, lambda: "restarting" in text_of(header) or app.supervisor.restarts >= 1, what="restart")
+        await until(
+            pilot,
+            lambda: app.state.guard_status == "running" and app.supervisor.pid not in (None, first),
+            what="running again",
+        )
+        assert app.supervisor.restarts == 1
+        assert GuardClient(sock).check("after-restart", "read", {}).fallback is False
+        await pilot.press("q")
+
+
+async def test_starting_next_to_a_running_guard_attaches_to_it(guard):
+    app = CBConsole(socket_path=guard.socket, mode="own", log_path=Path("/dev/null"))
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: app.state.guard_status == "attached")
+        assert app.supervisor is None
+        header = app.query_one(GuardHeader)
+        await until(pilot, lambda: f"pid {guard.pid}" in text_of(header), what="the guard's pid on screen")
+        await pilot.press("q")
+    assert request(guard.socket, {"op": "ping", "id": 1})["pong"]  # not ours: left alone

@@ -1,0 +1,409 @@
+"""Snapshots of the main screen in the demo's states, for each theme; and the markup-injection regression.
+
+Frames are injected (no guard), the clock is frozen and the zone is UTC, so a screenshot depends
+only on what the console draws. Update after an intended change: `pytest tests/test_console_snapshots.py
+--snapshot-update`, then look at the SVGs (tests/__snapshots__/) before committing them.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections import deque
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from console.app import CBConsole
+from console.state import RATE_SLOTS
+from console.widgets.agents import AgentsTable
+from console.widgets.cells import clip
+from console.widgets.header import GuardHeader
+from console.widgets.keys import KeysTable
+from console.widgets.trips import TripsTable
+
+T0 = 1_800_000_000.0
+SIZE = (150, 40)
+THEMES = ["dark", "light", "high-contrast"]
+
+CONFIG = {
+    "values": {
+        "enabled": True,
+        "duplicateLimit": 6,
+        "window": 200,
+        "maxCallsPerAgent": 150,
+        "exempt": ["todo_write", "ask_user_question", "exit_plan_mode"],
+        "only": [],
+        "ignoreArgs": ["description", "explanation", "reason", "thought", "purpose"],
+        "denyMessage": "…",
+        "incidentLog": "",
+        "maxAgents": 10000,
+    },
+    "disabled": False,
+    "source": "/tmp/cbconsole-demo/cordis.patch.yml",
+    "target": "/tmp/cbconsole-demo/cordis.patch.yml",
+    "layers": [],
+    "notes": [],
+    "error": None,
+}
+
+
+def agent(
+    name: str,
+    calls: int,
+    worst: int,
+    status: str,
+    tool: str,
+    *,
+    harness: str = "dsh",
+    parent: str | None = None,
+    preview: str = "",
+    trips: dict | None = None,
+    age: float = 0.2,
+    reason: str | None = None,
+) -> dict[str, Any]:
+    return {
+        "agent": name,
+        "harness": harness,
+        "parent": parent,
+        "calls": calls,
+        "window_fill": min(calls, 200),
+        "window": 200,
+        "cap": 150,
+        "worst_count": worst,
+        "worst_tool": tool if worst > 1 else "",
+        "worst_preview": preview if worst > 1 else "",
+        "duplicate_limit": 6,
+        "trips": trips or {},
+        "status": status,
+        "last_tool": tool,
+        "last_seen": T0 - age,
+        "interrupt_reason": reason,
+    }
+
+
+HEALTHY = ("session-demo-healthy", 'read path="src/module_7.py"')
+STATES: dict[str, dict[str, Any]] = {
+    "starting": {
+        "agents": [
+            agent("session-demo-healthy", 6, 1, "ok", "read"),
+            agent(
+                "session-demo-searcher",
+                4,
+                4,
+                "ok",
+                "web_search",
+                preview='web_search query="qwen3.8 gated deltanet repetition fix"',
+            ),
+            agent("session-demo-pager", 18, 1, "ok", "web_search", harness="claude-code"),
+            agent("session-demo-prober", 2, 2, "ok", "bash", preview='bash command="echo cbprobe4"'),
+        ],
+        "trips": [],
+        "checks": 30,
+        "denies": {"duplicate": 0, "cap": 0, "interrupted": 0},
+    },
+    "looping": {
+        "agents": [
+            agent("session-demo-healthy", 40, 3, "ok", "web_search", preview='read path="src/module_7.py"'),
+            agent(
+                "session-demo-searcher",
+                6,
+                6,
+                "duplicate",
+                "web_search",
+                trips={"duplicate": 74},
+                preview='web_search query="qwen3.8 gated deltanet repetition fix"',
+            ),
+            agent("session-demo-pager", 120, 1, "ok", "web_search", harness="claude-code"),
+            agent(
+                "session-demo-prober",
+                6,
+                6,
+                "duplicate",
+                "bash",
+                trips={"duplicate": 9},
+                preview='bash command="echo cbprobe4"',
+            ),
+            agent(
+                "3f2a9c1e-demo-subagent",
+                6,
+                6,
+                "duplicate",
+                "read",
+                parent="session-demo-healthy",
+                trips={"duplicate": 31},
+                preview='read path="/workspace/notes/brief.md"',
+            ),
+        ],
+        "trips": [
+            {
+                "time": T0 - 9,
+                "agent": "session-demo-searcher",
+                "kind": "duplicate",
+                "tool": "web_search",
+                "count": 6,
+                "limit": 6,
+            },
+            {
+                "time": T0 - 7,
+                "agent": "3f2a9c1e-demo-subagent",
+                "kind": "duplicate",
+                "tool": "read",
+                "count": 6,
+                "limit": 6,
+            },
+            {
+                "time": T0 - 4,
+                "agent": "session-demo-prober",
+                "kind": "duplicate",
+                "tool": "bash",
+                "count": 6,
+                "limit": 6,
+            },
+        ],
+        "checks": 410,
+        "denies": {"duplicate": 114, "cap": 0, "interrupted": 0},
+    },
+    "capped-and-interrupted": {
+        "agents": [
+            agent("session-demo-healthy", 77, 4, "ok", "bash", preview='read path="src/module_7.py"'),
+            agent(
+                "session-demo-searcher",
+                6,
+                6,
+                "duplicate",
+                "web_search",
+                trips={"duplicate": 160},
+                preview='web_search query="qwen3.8 gated deltanet repetition fix"',
+            ),
+            agent("session-demo-pager", 150, 1, "capped", "web_search", harness="claude-code", trips={"cap": 88}),
+            agent(
+                "session-demo-prober",
+                6,
+                6,
+                "duplicate",
+                "bash",
+                trips={"duplicate": 23},
+                preview='bash command="echo cbprobe4"',
+            ),
+            agent(
+                "3f2a9c1e-demo-subagent",
+                6,
+                6,
+                "interrupted",
+                "read",
+                parent="session-demo-healthy",
+                trips={"duplicate": 55, "interrupted": 12},
+                preview='read path="/workspace/notes/brief.md"',
+                reason="interrupted by the operator from cbconsole",
+            ),
+        ],
+        "trips": [
+            {
+                "time": T0 - 30,
+                "agent": "session-demo-searcher",
+                "kind": "duplicate",
+                "tool": "web_search",
+                "count": 6,
+                "limit": 6,
+            },
+            {
+                "time": T0 - 28,
+                "agent": "3f2a9c1e-demo-subagent",
+                "kind": "duplicate",
+                "tool": "read",
+                "count": 6,
+                "limit": 6,
+            },
+            {
+                "time": T0 - 25,
+                "agent": "session-demo-prober",
+                "kind": "duplicate",
+                "tool": "bash",
+                "count": 6,
+                "limit": 6,
+            },
+            {
+                "time": T0 - 20,
+                "agent": "session-demo-pager",
+                "kind": "cap",
+                "tool": "web_search",
+                "count": 150,
+                "limit": 150,
+            },
+            {
+                "time": T0 - 3,
+                "agent": "3f2a9c1e-demo-subagent",
+                "kind": "interrupted",
+                "tool": "read",
+                "count": 6,
+                "limit": 0,
+            },
+        ],
+        "checks": 1260,
+        "denies": {"duplicate": 238, "cap": 88, "interrupted": 12},
+    },
+}
+RATES = {
+    "session-demo-healthy": [3, 4, 5, 4, 3, 4, 5, 4, 4, 3, 5, 4],
+    "session-demo-searcher": [12, 11, 6, 0, 0, 0, 0, 0, 0, 0, 0, 0],
+    "session-demo-pager": [25, 30, 29, 31, 30, 28, 30, 29, 18, 0, 0, 0],
+    "session-demo-prober": [3, 3, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0],
+    "3f2a9c1e-demo-subagent": [6, 6, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0],
+}
+
+
+@pytest.fixture(autouse=True)
+def utc():
+    old = os.environ.get("TZ")
+    os.environ["TZ"] = "UTC"
+    time.tzset()
+    yield
+    if old is None:
+        os.environ.pop("TZ", None)
+    else:
+        os.environ["TZ"] = old
+    time.tzset()
+
+
+def frame(state: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "event": "state",
+        "full": True,
+        "time": T0,
+        "agents": state["agents"],
+        "gone": [],
+        "top_keys": sorted(
+            (
+                {"agent": a["agent"], "tool": a["worst_tool"], "preview": a["worst_preview"], "count": a["worst_count"]}
+                for a in state["agents"]
+                if a["worst_count"] > 1
+            ),
+            key=lambda k: -k["count"],
+        ),
+        "trips": state["trips"],
+        "stats": {
+            "checks": state["checks"],
+            "denies": state["denies"],
+            "agents": len(state["agents"]),
+            "connections": 5,
+            "harnesses": {"claude-code": 1, "dsh": 4},
+            "paused": False,
+            "uptime": 60.0,
+            "pid": 4242,
+            "socket": "/tmp/cbconsole-demo/guard.sock",
+        },
+        "config": CONFIG,
+    }
+
+
+def make_app(theme: str) -> CBConsole:
+    return CBConsole(socket_path=Path("/tmp/cbconsole-demo/guard.sock"), mode="static", theme=theme, clock=lambda: T0)
+
+
+def inject(app: CBConsole, frame_: dict[str, Any], rates: dict[str, list[int]] | None = None, marked=()) -> None:
+    app.state.apply(frame_)
+    app.state.set_guard_status("running")
+    for name, values in (rates or {}).items():
+        if name in app.state.agents:
+            app.state.agents[name].rate = deque(values, maxlen=RATE_SLOTS)
+    app.state.marked.update(marked)
+    app.state.checks_per_s = 47.0
+    app.state.version += 1
+    app.flush()
+
+
+@pytest.mark.parametrize("theme", THEMES)
+@pytest.mark.parametrize("state", list(STATES))
+def test_main_screen_snapshot(snap_compare, theme, state):
+    app = make_app(theme)
+
+    async def run_before(pilot) -> None:
+        inject(
+            app,
+            frame(STATES[state]),
+            RATES,
+            marked=("session-demo-prober",) if state == "capped-and-interrupted" else (),
+        )
+        await pilot.pause()
+
+    assert snap_compare(app, terminal_size=SIZE, run_before=run_before)
+
+
+# -- untrusted strings are never markup -------------------------------------------------------------
+
+HOSTILE = ["[/x]", "[@click=app.quit]x[/]", "[red]", "[bold]bold?[/bold]", "\x1b[31mansi", "{tool}"]
+
+
+def hostile_frame() -> dict[str, Any]:
+    agents = [
+        agent(
+            name,
+            7,
+            6,
+            "duplicate",
+            tool,
+            parent=HOSTILE[(i + 1) % len(HOSTILE)],
+            harness=HOSTILE[(i + 2) % len(HOSTILE)],
+            preview=f"{tool} q={name!r}",
+            trips={"duplicate": 1},
+        )
+        for i, (name, tool) in enumerate(zip(HOSTILE, reversed(HOSTILE), strict=True))
+    ]
+    f = frame(
+        {
+            "agents": agents,
+            "trips": [
+                {"time": T0, "agent": a["agent"], "kind": "duplicate", "tool": a["last_tool"], "count": 6, "limit": 6}
+                for a in agents
+            ],
+            "checks": 42,
+            "denies": {"duplicate": 6, "cap": 0, "interrupted": 0},
+        }
+    )
+    f["stats"]["harnesses"] = {h: 1 for h in HOSTILE}
+    f["stats"]["socket"] = "/tmp/[red]sock"
+    f["config"] = {**CONFIG, "values": {**CONFIG["values"], "exempt": HOSTILE}, "source": "[/x]"}
+    return f
+
+
+async def test_markup_in_agent_ids_tool_names_and_args_is_shown_literally_and_breaks_nothing():
+    app = make_app("dark")
+    async with app.run_test(size=SIZE) as pilot:
+        inject(app, hostile_frame())
+        await pilot.pause()
+        table = app.query_one(AgentsTable)
+        assert app.is_running  # `[@click=app.quit]` did not quit, `[/x]` did not raise
+        for name in HOSTILE:
+            cells = [c.plain for c in table.get_row(name)]
+            assert cells[1] == clip(name, 20)
+        tools = {table.get_row(n)[9].plain for n in HOSTILE}
+        assert tools == {clip(t, 12) for t in HOSTILE}  # clip() escapes control characters too
+        header = str(app.query_one(GuardHeader).content)
+        assert "/tmp/[red]sock" in header and "[@click=app.quit]x[/]" in header
+        keys = app.query_one(KeysTable)
+        assert any("[@click=app.quit]x[/]" in keys.get_row(str(i))[2].plain for i in range(keys.row_count))
+        assert app.query_one(TripsTable).row_count == len(HOSTILE)
+        for name in HOSTILE:  # the detail line too, for each selected agent
+            table.move_cursor(row=table.get_row_index(name))
+            for _ in range(50):
+                await pilot.pause(0.02)
+                if table.selected == name:
+                    break
+            app.state.version += 1
+            app.flush()
+            assert name.replace("\x1b", "\\x1b") in str(app.query_one("#detail").content)
+        await pilot.press("i")  # the confirmation names a hostile id literally
+        await pilot.pause()
+        assert app.is_running
+
+
+def test_markup_injection_snapshot(snap_compare):
+    app = make_app("dark")
+
+    async def run_before(pilot) -> None:
+        inject(app, hostile_frame())
+        await pilot.pause()
+
+    assert snap_compare(app, terminal_size=SIZE, run_before=run_before)

@@ -1,0 +1,135 @@
+"""The operator's interrupt command (`interruptCommand`): for harnesses with no stop signal of their own,
+the guard runs an argv (never a shell string) with `{agent}` and `{reason}` filled in, bounded in time
+and output, logs how it ended, and is never affected by it."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from breaker import Config
+from breaker.client import AsyncGuardClient
+from breaker.server import GuardServer, fill_command
+from tests.conftest import request
+
+
+def layer(argv: list[str]) -> str:
+    return json.dumps([{"id": "circuit-breaker", "config": {"interruptCommand": argv}}])
+
+
+def wait_for(predicate, timeout: float = 10.0) -> bool:  # type: ignore[no-untyped-def]
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if predicate():
+            return True
+        time.sleep(0.02)
+    return predicate()
+
+
+def test_placeholders_are_filled_in_one_pass_and_each_element_stays_one_argument():
+    argv = fill_command(("kill", "-s", "{reason}", "{agent}", "x{agent}y{reason}"), "a b;c", "{agent} $(id)")
+    assert argv == ["kill", "-s", "{agent} $(id)", "a b;c", "xa b;cy{agent} $(id)"]
+
+
+def test_the_command_gets_the_agent_and_reason_as_literal_arguments_never_through_a_shell(guard_factory, tmp_path):
+    out, pwned = tmp_path / "argv.json", tmp_path / "pwned"
+    script = "import json, sys; open(sys.argv[1], 'w').write(json.dumps(sys.argv[2:]))"
+    g = guard_factory(patch_text=layer([sys.executable, "-c", script, str(out), "{agent}", "--why={reason}"]))
+    agent, reason = f"$(touch {pwned}); `touch {pwned}`", "looping {agent} | touch x"
+    reply = request(g.socket, {"op": "interrupt", "id": 1, "agent": agent, "reason": reason})
+    assert reply["ok"] is True
+    assert wait_for(out.exists)
+    assert json.loads(out.read_text()) == [agent, f"--why={reason}"]
+    assert not pwned.exists()
+    assert wait_for(lambda: "interrupt command for agent" in g.log.read_text())
+    assert "exited 0" in g.log.read_text()
+
+
+def test_the_exit_status_and_output_are_logged(guard_factory):
+    g = guard_factory(patch_text=layer(["/bin/sh", "-c", 'echo "stopping $1"; exit 3', "sh", "{agent}"]))
+    request(g.socket, {"op": "interrupt", "id": 1, "agent": "agent-7"})
+    assert wait_for(lambda: "exited 3" in g.log.read_text()), g.log.read_text()
+    assert "interrupt command for agent 'agent-7' exited 3; output: 'stopping agent-7'" in g.log.read_text()
+
+
+def test_a_command_that_cannot_start_is_logged_and_the_guard_goes_on(guard_factory, tmp_path):
+    g = guard_factory(patch_text=layer([str(tmp_path / "no-such-program"), "{agent}"]))
+    assert request(g.socket, {"op": "interrupt", "id": 1, "agent": "a1", "reason": "r"})["ok"] is True
+    assert wait_for(lambda: "could not start" in g.log.read_text()), g.log.read_text()
+    denied = request(g.socket, {"op": "check", "id": 2, "agent": "a1", "tool": "bash", "args": {}})
+    assert (denied["decision"], denied["kind"]) == ("deny", "interrupted")
+    assert request(g.socket, {"op": "check", "id": 3, "agent": "a2", "tool": "bash", "args": {}})["decision"] == "allow"
+
+
+def test_output_beyond_4_kib_is_read_and_dropped_not_kept(guard_factory):
+    g = guard_factory(patch_text=layer([sys.executable, "-c", "print('z' * 2_000_000)"]))
+    request(g.socket, {"op": "interrupt", "id": 1, "agent": "a1"})
+    assert wait_for(lambda: "exited 0" in g.log.read_text()), g.log.read_text()
+    line = next(x for x in g.log.read_text().splitlines() if "interrupt command" in x)
+    assert line.endswith("[...]'") and len(line) < 5000
+
+
+def test_without_a_command_an_interrupt_runs_nothing(guard):
+    request(guard.socket, {"op": "interrupt", "id": 1, "agent": "a1"})
+    time.sleep(0.2)
+    assert "interrupt command" not in guard.log.read_text()
+
+
+def test_a_command_that_outlives_its_timeout_is_killed_with_its_children(tmp_path, caplog):
+    pids = tmp_path / "pids"
+    # The command starts a grandchild and both sleep: the whole process group must go.
+    script = (
+        "import os, subprocess, sys, time;"
+        "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']);"
+        f"open({str(pids)!r}, 'w').write(f'{{os.getpid()}} {{child.pid}}');"
+        "time.sleep(60)"
+    )
+    socket_path = tmp_path / "run" / "guard.sock"
+    socket_path.parent.mkdir(mode=0o700)
+
+    async def scenario() -> None:
+        server = GuardServer(socket_path, config=Config(interrupt_command=(sys.executable, "-c", script)))
+        server.interrupt_timeout = 0.5
+        await server.start()
+        try:
+            async with AsyncGuardClient(socket_path, timeout=5) as client:
+                await client.request("interrupt", agent="a1", reason="r")
+                decision = await client.check("a1", "bash", {})  # the guard answers while it runs
+                assert decision.kind == "interrupted"
+            deadline = time.monotonic() + 10
+            while server._commands and time.monotonic() < deadline:
+                await asyncio.sleep(0.05)
+            assert not server._commands
+        finally:
+            await server.stop()
+
+    with caplog.at_level(logging.INFO, logger="cbconsole.guard"):
+        asyncio.run(scenario())
+    assert "timed out after 0.5 s and was killed" in caplog.text
+    for pid in map(int, pids.read_text().split()):
+        assert wait_for(lambda pid=pid: not _alive(pid), 5), f"pid {pid} survived"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie (exited, not yet reaped by its parent) counts as gone.
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(") ")[1][0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+def test_the_program_is_never_taken_from_the_agent_or_the_reason():
+    with pytest.raises(ValueError, match=r"interruptCommand: .* which holds a placeholder"):
+        Config.from_mapping({"interruptCommand": ["/usr/bin/{agent}", "x"]})
+    assert fill_command(("{agent}", "{agent}"), "/tmp/evil", "") == ["{agent}", "/tmp/evil"]
