@@ -6,6 +6,7 @@ import argparse
 import os
 import re
 import sys
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -483,7 +484,55 @@ def _parser() -> argparse.ArgumentParser:
     out = p.add_mutually_exclusive_group()
     out.add_argument("--json", action="store_true", help="print the result as one JSON document")
     out.add_argument("--verdicts", action="store_true", help="print one JSON line per call, in input order")
+    out.add_argument(
+        "--feed", action="store_true", help="play the calls into the live guard (watch them in cbconsole) instead"
+    )
+    p.add_argument("--socket", metavar="PATH", help="with --feed: the guard's socket (default: the usual path)")
+    p.add_argument(
+        "--speed", type=float, default=1.0, help="with --feed: 1 = as recorded, 10 = ten times faster, 0 = at once"
+    )
     return p
+
+
+MAX_GAP = 5.0  # a longer pause in a transcript is shortened to this, so a replay never seems stuck
+
+
+def feed(reading: Reading, socket_path: str | None, speed: float, out: Any = sys.stderr) -> tuple[int, int, int]:
+    """Send every call to the live guard as its agent would have, paced by the recorded times / `speed`.
+
+    Calls are sent in time order (interleaving agents as they ran); a call without a time follows the
+    one before it. Returns (sent, denied, not checked because the guard was unreachable).
+    """
+    from breaker.client import GuardClient  # only the feed needs a socket
+
+    client = GuardClient(socket_path, timeout=2.0, harness="cbreplay")
+    last_t = 0.0
+    timed = []
+    for i, call in enumerate(reading.calls):
+        last_t = call.t if call.t is not None else last_t
+        timed.append((last_t, i, call))
+    timed.sort(key=lambda item: (item[0], item[1]))
+    start = time.monotonic()
+    clock = 0.0  # transcript seconds already played (gaps shortened)
+    previous = timed[0][0] if timed else 0.0
+    sent = denied = 0
+    for t, _i, call in timed:
+        clock += min(max(0.0, t - previous), MAX_GAP)
+        previous = t
+        if speed > 0:
+            delay = clock / speed - (time.monotonic() - start)
+            if delay > 0:
+                time.sleep(delay)
+        agent = reading.agents.get(call.agent)
+        extra = {"harness": agent.format if agent else "cbreplay"}
+        if agent is not None and agent.parent:
+            extra["parent"] = agent.parent
+        decision = client.check(call.agent, call.tool, call.args, **extra)
+        sent += 1
+        denied += not decision.allowed
+    client.close()
+    print(f"cbreplay: fed {sent} calls to the guard; {denied} denied; {client.misses} not checked", file=out)
+    return sent, denied, client.misses
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -506,6 +555,15 @@ def _main(argv: Sequence[str] | None) -> int:
     except TranscriptError as exc:
         print(f"cbreplay: error: {plain(str(exc))}", file=sys.stderr)
         return 2
+    if args.feed:
+        if args.speed < 0:
+            print("cbreplay: error: --speed must be 0 (at once) or more", file=sys.stderr)
+            return 2
+        _sent, _denied, missed = feed(reading, args.socket, args.speed)
+        problems = render_problems(reading, notes)
+        if problems:
+            sys.stderr.write(problems)
+        return 1 if missed else 0
     result = replay(reading, config, search_tools=SEARCH_TOOLS + tuple(args.search_tool), verdicts=args.verdicts)
     try:
         if args.verdicts:

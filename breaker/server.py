@@ -223,6 +223,7 @@ class GuardServer:
         self._config_dirty = True
         self._config_error: str | None = None
         self._seq = 0
+        self._stats_sent: tuple[Any, ...] = ()
         self._server: asyncio.AbstractServer | None = None
         self._lock_fd: int | None = None
         self._tasks: list[asyncio.Task[Any]] = []
@@ -704,7 +705,8 @@ class GuardServer:
                 conn.needs_full = False
             else:
                 if delta is None:
-                    if not (self._dirty or trips or config or self._known_changed()):
+                    stats_changed = self._stats_signature() != self._stats_sent
+                    if not (self._dirty or trips or config or stats_changed or self._known_changed()):
                         delta = b""
                     else:
                         state = self._state(full=False)
@@ -714,6 +716,12 @@ class GuardServer:
                     conn.send(delta)
         self._dirty.clear()
         self._known = set(self.guard.agents()) | set(self.guard.interrupted_agents())
+        self._stats_sent = self._stats_signature()
+
+    def _stats_signature(self) -> tuple[Any, ...]:
+        """What the header shows, cheaply: a change here is worth a frame even if no agent changed."""
+        guard = self.guard
+        return (guard.checks, tuple(guard.denies.values()), guard.paused, len(self._conns), self.incidents.last_error)
 
     def _known_changed(self) -> bool:
         return len(self._known) != len(self.guard) + len(self.guard.interrupted_agents())

@@ -525,6 +525,11 @@ class CBConsole(App[int]):
             self.state.version += 1
             self.agents_table.focus()
 
+    def on_agents_table_selected(self, event: AgentsTable.Selected) -> None:
+        if self.quitting:
+            return
+        self.detail.show(self.state.agents.get(event.agent or ""), len(self.state.marked), self.colors())
+
     def on_input_changed(self, event: Input.Changed) -> None:
         if event.input.id == "filter":
             self.state.filter = event.value

@@ -17,6 +17,11 @@ PROMISES = {
         r"bytes per remembered call",
     ],
     "bench_reload.py": [r"median\s+[\d.]+ ms\s+p99\s+[\d.]+ ms\s+ratio\s+[\d.]+x"],
+    "bench_console.py": [
+        r"guard check with console:\s+p50\s+[\d.]+ us\s+p99\s+[\d.]+ us .* ratio p99\s+[\d.]+x",
+        r"console event-loop lag:.*max\s+[\d.]+ ms",
+        r"key-press to screen:\s+median\s+[\d.]+ ms\s+p95\s+[\d.]+ ms",
+    ],
     "bench_server.py": [
         r"echo p50\s+[\d.]+ us p99\s+[\d.]+ us .*"
         r"guard check p50\s+[\d.]+ us p99\s+[\d.]+ us\s+[\d,]+ checks/s \| ratio p50\s+[\d.]+x",

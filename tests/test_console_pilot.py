@@ -283,7 +283,7 @@ async def test_help_lists_every_key(guard):
         await until(pilot, lambda: not isinstance(app.screen, HelpScreen))
 
 
-async def test_every_action_is_in_the_command_palette(guard):
+async def test_every_action_is_in_the_command_palette_and_runs_from_it(guard):
     app = app_for(guard)
     async with app.run_test(size=SIZE) as pilot:
         titles = {c.title for c in app.get_system_commands(app.screen)}
@@ -303,6 +303,19 @@ async def test_every_action_is_in_the_command_palette(guard):
             "Theme: high-contrast",
         ):
             assert title in titles
+        await until(pilot, lambda: bool(app.state.stats))
+        await pilot.press("ctrl+p")
+        await pilot.press(*"Pause guard")
+        await pilot.pause(0.3)
+        await pilot.press("enter")
+        await until(pilot, lambda: isinstance(app.screen, ConfirmScreen), what="the palette ran the action")
+        assert "Pause the guard?" in str(app.screen.query_one("#title").content)
+        await pilot.press("n")
+        await pilot.press("ctrl+p")
+        await pilot.press(*"Theme: light")
+        await pilot.pause(0.3)
+        await pilot.press("enter")
+        await until(pilot, lambda: app.theme == "cbconsole-light", what="the theme switched from the palette")
 
 
 async def test_themes_switch_live_and_recolour_cells(guard):
@@ -426,3 +439,18 @@ async def test_starting_next_to_a_running_guard_attaches_to_it(guard):
         await until(pilot, lambda: f"pid {guard.pid}" in text_of(header), what="the guard's pid on screen")
         await pilot.press("q")
     assert request(guard.socket, {"op": "ping", "id": 1})["pong"]  # not ours: left alone
+
+
+async def test_replay_plays_a_real_transcript_into_the_live_guard(guard):
+    sessions = Path(__file__).parent / "fixtures" / "transcripts" / "dsh-zstd" / "sessions"
+    app = CBConsole(
+        socket_path=guard.socket, mode="replay", replay=[str(sessions)], speed=0, log_path=Path("/dev/null")
+    )
+    async with app.run_test(size=SIZE) as pilot:
+        table = app.query_one(AgentsTable)
+        await until(pilot, lambda: len(table._cells) == 2, what="both recorded agents on screen", timeout=20)
+        sub = next(a for a in app.state.agents.values() if a.data.get("parent"))
+        await until(pilot, lambda: app.state.agents[sub.id].data.get("status") == "duplicate", what="the loop")
+        assert app.state.agents[sub.id].data["harness"] == "dsh"
+        assert app.state.agents[sub.id].data["calls"] == 6  # ten echo cbprobe4: six ran, four denied
+        await pilot.press("q")

@@ -340,3 +340,21 @@ def test_snapshot_gives_agents_top_keys_and_stats(guard):
         "count": 6,
     }
     assert state["stats"]["checks"] == 9
+
+
+def test_a_subscriber_is_told_when_only_the_guards_stats_change(guard):
+    sub = Conn(guard.socket)
+    sub.ask({"op": "subscribe", "id": 1})
+    assert sub.line()["full"] is True
+    c = Conn(guard.socket)
+    for i in range(3):
+        c.ask(check(i, "planner", "todo_write", {"todos": [i]}))  # exempt: no agent changes, only the counts
+    c.ask({"op": "pause", "id": 9})
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        f = sub.line()
+        if f["stats"]["paused"] and f["stats"]["checks"] == 3:
+            assert f["agents"] == []
+            break
+    else:
+        pytest.fail("no frame carried the new stats")

@@ -28,6 +28,10 @@ HELP = {
     "denyMessage": "the deny text; {tool} {count} {limit} {kind} {agent}",
     "incidentLog": "append-only JSONL of first denies (empty = off)",
     "maxAgents": "how many agents are tracked at once",
+    "failClosed": "dsh plugin: deny tool calls while the guard is unreachable",
+    "guardTimeoutMs": "dsh plugin: how long a tool call waits for the guard (ms)",
+    "guardSocket": "dsh plugin: the guard's socket (empty = the default path)",
+    "interruptCommand": 'argv run on an interrupt, e.g. [tmux, send-keys, -t, "{agent}", C-c]',
 }
 
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from rich.text import Text
+from textual.message import Message
 from textual.widgets import DataTable
-from textual.widgets.data_table import RowDoesNotExist
+from textual.widgets.data_table import ColumnKey, RowDoesNotExist, RowKey
 
 from console.state import Agent
 from console.widgets.cells import age, clip, gauge, plain, ratio_color, sparkline, status_text
@@ -52,6 +53,7 @@ class AgentsTable(DataTable):
     def __init__(self, **kwargs: object) -> None:
         super().__init__(cursor_type="row", zebra_stripes=False, **kwargs)  # type: ignore[arg-type]
         self._cells: dict[str, tuple[Text, ...]] = {}
+        self._inputs: dict[str, tuple[object, ...]] = {}  # what each row was last rendered from
         self._order: list[str] = []
         self.selected: str | None = None
 
@@ -93,22 +95,54 @@ class AgentsTable(DataTable):
         for key in [k for k in self._cells if k not in wanted]:
             self.remove_row(key)
             del self._cells[key]
+            self._inputs.pop(key, None)
+        changed: list[tuple[str, str, Text]] = []
+        palette = tuple(colors.values())
         for agent in agents:
+            last_seen = agent.data.get("last_seen")
+            inputs = (
+                id(agent.data),
+                agent.id in marked,
+                int(now - last_seen) if last_seen else None,
+                tuple(agent.rate),
+                palette,
+            )
+            if self._inputs.get(agent.id) == inputs:
+                continue  # nothing it shows can have changed
+            self._inputs[agent.id] = inputs
             cells = self.render_row(agent, now, agent.id in marked, colors)
             old = self._cells.get(agent.id)
             if old is None:
                 self.add_row(*cells, key=agent.id)
             else:
-                for (col, _label, _w), new, before in zip(COLUMNS, cells, old, strict=True):
-                    if not same_cell(new, before):
-                        self.update_cell(agent.id, col, new)
+                changed.extend(
+                    (agent.id, col, new)
+                    for (col, _label, _w), new, before in zip(COLUMNS, cells, old, strict=True)
+                    if not same_cell(new, before)
+                )
             self._cells[agent.id] = cells
+        self._update_cells(changed)
         order = [a.id for a in agents]
         if order != self._order:
             rank = {a: i for i, a in enumerate(order)}
             self.sort("agent", key=lambda cell: rank.get(getattr(cell, "agent_key", ""), 0))
             self._order = order
         self._anchor()
+
+    def _update_cells(self, changed: list[tuple[str, str, Text]]) -> None:
+        """Many cells, one refresh. `update_cell` refreshes the whole table per cell: at 100 busy agents
+        that was 25 ms of every 100 ms (measured). Falls back to it if DataTable's internals move."""
+        data = getattr(self, "_data", None)
+        if not changed:
+            return
+        if not isinstance(data, dict) or not hasattr(self, "_update_count"):
+            for row, col, value in changed:
+                self.update_cell(row, col, value)
+            return
+        for row, col, value in changed:
+            data[RowKey(row)][ColumnKey(col)] = value
+        self._update_count += 1
+        self.refresh()
 
     def _anchor(self) -> None:
         """Keep the cursor on the selected agent after rows moved."""
@@ -134,3 +168,11 @@ class AgentsTable(DataTable):
 
     def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
         self.selected = event.row_key.value
+        self.post_message(self.Selected(self.selected))
+
+    class Selected(Message):
+        """The operator moved to another agent (the detail line follows at once, not at the next tick)."""
+
+        def __init__(self, agent: str | None) -> None:
+            super().__init__()
+            self.agent = agent

@@ -59,10 +59,10 @@ def age(seconds: float | None) -> Text:
     if seconds is None:
         return Text("-", style="dim")
     seconds = max(0.0, seconds)
-    if seconds < 10:
-        return Text(f"{seconds:.1f}s")
+    if seconds < 1:
+        return Text("<1s")  # whole seconds: an age that ticks ten times a second is noise (and costs a redraw)
     if seconds < 90:
-        return Text(f"{seconds:.0f}s")
+        return Text(f"{int(seconds)}s")
     if seconds < 5400:
         return Text(f"{seconds / 60:.0f}m", style="dim")
     return Text(f"{seconds / 3600:.0f}h", style="dim")
