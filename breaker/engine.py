@@ -34,9 +34,11 @@ class Verdict:
     0/0 for calls the guard does not judge (disabled, paused, exempt, outside `only`).
     first: this is the agent's first deny of this kind (the one the incident log records).
     counted: the call was recorded (took a window slot and counts toward the cap).
+    key: the call's digest as the window compares it, for tools that tally calls the same way
+    (None when it was not computed: not judged, capped, interrupted, or unserializable args).
     """
 
-    __slots__ = ("allowed", "count", "counted", "first", "kind", "limit", "reason")
+    __slots__ = ("allowed", "count", "counted", "first", "key", "kind", "limit", "reason")
 
     def __init__(
         self,
@@ -47,8 +49,10 @@ class Verdict:
         limit: int = 0,
         first: bool = False,
         counted: bool = False,
+        key: int | None = None,
     ) -> None:
         self.allowed = allowed
+        self.key = key
         self.kind = kind
         self.reason = reason
         self.count = count
@@ -229,7 +233,9 @@ class Guard:
             counts = st.counts
             n = counts.get(key, 0)
             if n >= limit:
-                return self._deny(st, agent, tool, "duplicate", n, limit, now)
+                verdict = self._deny(st, agent, tool, "duplicate", n, limit, now)
+                verdict.key = key
+                return verdict
             counts[key] = n + 1
             if n == 1:
                 st.previews[key] = (tool, preview(tool, args))
@@ -237,7 +243,7 @@ class Guard:
         st.calls += 1
         if len(ring) > window:
             _evict(st, ring.popleft())
-        return Verdict(True, None, "", n + 1, limit, False, True)
+        return Verdict(True, None, "", n + 1, limit, False, True, key)
 
     def _deny(self, st: _Agent, agent: str, tool: str, kind: str, count: int, limit: int, now: float | None) -> Verdict:
         before = st.trips.get(kind, 0)

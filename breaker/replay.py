@@ -178,13 +178,15 @@ def replay(
             counts = tally.counts
         n = tally.calls = tally.calls + 1
         # The key as the engine compares calls: the ignoreArgs names left out of the top-level object.
-        same = args
-        if ignore and type(args) is dict and not ignore.isdisjoint(args):
-            same = {k: val for k, val in args.items() if k not in ignore}
-        try:
-            key = hash(dumps((tool, same), option=_SORT))
-        except Exception:  # unserializable args: each such call counts as its own
-            key = hash((tool, n, id(args)))
+        key = v.key  # the engine's own digest when it computed one: the same comparison, done once
+        if key is None:
+            same = args
+            if ignore and type(args) is dict and not ignore.isdisjoint(args):
+                same = {k: val for k, val in args.items() if k not in ignore}
+            try:
+                key = hash(dumps((tool, same), option=_SORT))
+            except Exception:  # unserializable args: each such call counts as its own
+                key = hash((tool, n, id(args)))
         entry = counts.get(key)
         if entry is None:
             counts[key] = [1, tool, args]

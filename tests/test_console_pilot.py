@@ -454,3 +454,23 @@ async def test_replay_plays_a_real_transcript_into_the_live_guard(guard):
         assert app.state.agents[sub.id].data["harness"] == "dsh"
         assert app.state.agents[sub.id].data["calls"] == 6  # ten echo cbprobe4: six ran, four denied
         await pilot.press("q")
+
+
+async def test_demo_shows_every_kind_of_agent_within_seconds(tmp_path):
+    app = CBConsole(socket_path=tmp_path / "unused.sock", mode="demo", log_path=tmp_path / "g.log")
+    async with app.run_test(size=SIZE) as pilot:
+
+        def statuses() -> dict[str, str]:
+            return {a.id: a.data.get("status", "") for a in app.state.agents.values()}
+
+        await until(pilot, lambda: statuses().get("session-demo-pager") == "capped", timeout=30, what="the cap")
+        seen = statuses()
+        assert seen["session-demo-searcher"] == "duplicate"  # the seed's 555 searches
+        assert seen["session-demo-prober"] == "duplicate"  # echo cbprobe4 with a new description each time
+        assert seen["3f2a9c1e-demo-subagent"] == "duplicate"
+        assert app.state.agents["3f2a9c1e-demo-subagent"].data["parent"] == "session-demo-healthy"
+        assert "session-demo-healthy" in seen
+        assert app.socket_path != tmp_path / "unused.sock"  # a private guard, never the user's socket
+        demo_dir = app.socket_path.parent
+        await pilot.press("q")
+    assert not demo_dir.exists()

@@ -499,3 +499,17 @@ def test_a_remembered_call_costs_the_same_whatever_the_size_of_its_args():
 
     small, large = cost(10), cost(50_000)
     assert large < 200 and math.isclose(small, large, rel_tol=0.25, abs_tol=16)
+
+
+def test_verdict_key_is_the_digest_the_window_compares_and_none_when_not_computed():
+    from breaker.keys import call_key
+
+    g = guard(duplicate_limit=1, max_calls_per_agent=3)
+    args = {"q": "x", "description": "ignored"}
+    allowed = g.check("a", "web_search", args)
+    denied = g.check("a", "web_search", {"q": "x"})
+    assert allowed.key == denied.key == call_key("web_search", {"q": "x"}) is not None
+    assert g.check("a", "todo_write", {}).key is None  # exempt: not judged
+    assert g.check("a", "t", {"b": b""}).key is None  # unserializable
+    g.check("a", "t", {"n": 1})
+    assert g.check("a", "t", {"n": 2}).kind == "cap" and g.check("a", "t", {"n": 3}).key is None
