@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -48,6 +50,15 @@ def loop(guard, agent: str, n: int, tool: str = "web_search", args: dict | None 
     out = [client.check(agent, tool, args if args is not None else {"query": "the same"}, **extra) for _ in range(n)]
     client.close()
     return out
+
+
+def owning_console(tmp_path: Path, monkeypatch, **kw) -> tuple[CBConsole, Path]:
+    """A console that starts its own guard on a private socket (and DSH_HOME) under tmp_path."""
+    run = tmp_path / "run"
+    run.mkdir(mode=0o700)
+    monkeypatch.setenv("DSH_HOME", str(tmp_path / "dsh"))
+    sock = run / "guard.sock"
+    return CBConsole(socket_path=sock, mode="own", log_path=tmp_path / "g.log", **kw), sock
 
 
 async def select(pilot, app: CBConsole, agent: str) -> None:
@@ -361,11 +372,7 @@ async def test_trips_log_says_how_many_are_new_when_scrolled_up(guard):
 
 
 async def test_quit_with_harnesses_connected_asks_and_can_leave_the_guard_running(tmp_path, monkeypatch):
-    run = tmp_path / "run"
-    run.mkdir(mode=0o700)
-    sock = run / "guard.sock"
-    monkeypatch.setenv("DSH_HOME", str(tmp_path / "dsh"))
-    app = CBConsole(socket_path=sock, mode="own", patches=[str(tmp_path / "layer.yml")], log_path=tmp_path / "g.log")
+    app, sock = owning_console(tmp_path, monkeypatch, patches=[str(tmp_path / "layer.yml")])
     harness = None
     async with app.run_test(size=SIZE) as pilot:
         await until(pilot, lambda: app.state.guard_status == "running", what="our guard running")
@@ -379,26 +386,17 @@ async def test_quit_with_harnesses_connected_asks_and_can_leave_the_guard_runnin
     assert harness.check("h-1", "read", {"p": 2}).fallback is False  # the guard outlived the console
     pid = request(sock, {"op": "stats", "id": 1})["stats"]["pid"]
     harness.close()
-    import os
-    import signal
-
     os.kill(pid, signal.SIGTERM)
 
 
 async def test_quit_without_harnesses_stops_the_guard_it_started(tmp_path, monkeypatch):
-    run = tmp_path / "run"
-    run.mkdir(mode=0o700)
-    sock = run / "guard.sock"
-    monkeypatch.setenv("DSH_HOME", str(tmp_path / "dsh"))
-    app = CBConsole(socket_path=sock, mode="own", log_path=tmp_path / "g.log")
+    app, sock = owning_console(tmp_path, monkeypatch)
     async with app.run_test(size=SIZE) as pilot:
         await until(pilot, lambda: app.state.guard_status == "running")
         pid = app.supervisor.pid
         await pilot.press("q")
     assert pid is not None
     with pytest.raises(ProcessLookupError):
-        import os
-
         for _ in range(100):
             os.kill(pid, 0)
             await asyncio.sleep(0.05)
@@ -406,17 +404,10 @@ async def test_quit_without_harnesses_stops_the_guard_it_started(tmp_path, monke
 
 
 async def test_a_guard_that_dies_is_restarted_and_the_screen_says_so(tmp_path, monkeypatch):
-    run = tmp_path / "run"
-    run.mkdir(mode=0o700)
-    sock = run / "guard.sock"
-    monkeypatch.setenv("DSH_HOME", str(tmp_path / "dsh"))
-    app = CBConsole(socket_path=sock, mode="own", log_path=tmp_path / "g.log")
+    app, sock = owning_console(tmp_path, monkeypatch)
     async with app.run_test(size=SIZE) as pilot:
         await until(pilot, lambda: app.state.guard_status == "running")
         first = app.supervisor.pid
-        import os
-        import signal
-
         os.kill(first, signal.SIGKILL)
         header = app.query_one(GuardHeader)
         await until(pilot, lambda: "restarting" in text_of(header) or app.supervisor.restarts >= 1, what="restart")
