@@ -87,6 +87,28 @@ def _frame(op: str, rid: int, fields: dict[str, Any]) -> bytes:
             raise GuardError("bad_request", f"cannot serialize the request: {exc2}") from None
 
 
+def _hello_frame(rid: int, harness: str, version: str, capabilities: list[str], role: str) -> bytes:
+    hello = {
+        "op": "hello",
+        "id": rid,
+        "harness": harness,
+        "version": version,
+        "pid": os.getpid(),
+        "capabilities": capabilities,
+        "role": role,
+        "protocol": PROTOCOL_VERSION,
+    }
+    return orjson.dumps(hello) + b"\n"
+
+
+def _raise_for_error(reply: dict[str, Any]) -> dict[str, Any]:
+    """The reply, or GuardError if the guard answered with an error."""
+    if "error" in reply:
+        error = reply["error"] if isinstance(reply["error"], dict) else {}
+        raise GuardError(error.get("code", "error"), error.get("message", ""), reply)
+    return reply
+
+
 def _unavailable_decision(fail_closed: bool, why: str) -> Decision:
     if fail_closed:
         return Decision(
@@ -203,10 +225,7 @@ class GuardClient:
                 self._drop()
                 raise GuardUnavailable(exc.strerror or str(exc)) from None
             self._health.ok()
-        if "error" in reply:
-            error = reply["error"] if isinstance(reply["error"], dict) else {}
-            raise GuardError(error.get("code", "error"), error.get("message", ""), reply)
-        return reply
+        return _raise_for_error(reply)
 
     def poll_events(self) -> int:
         """Read pushed events (interrupts) without blocking; returns how many were handled."""
@@ -275,16 +294,7 @@ class GuardClient:
         if self.send_hello:
             # Pipelined with the first request: the handshake costs no round trip.
             self._hello_id = next(self._ids)
-            hello = {
-                "op": "hello",
-                "id": self._hello_id,
-                "harness": self.harness,
-                "version": self.version,
-                "pid": os.getpid(),
-                "capabilities": self.capabilities,
-                "protocol": PROTOCOL_VERSION,
-            }
-            sock.sendall(orjson.dumps(hello) + b"\n")
+            sock.sendall(_hello_frame(self._hello_id, self.harness, self.version, self.capabilities, "harness"))
         return sock
 
     def _drop(self) -> None:
@@ -421,10 +431,7 @@ class AsyncGuardClient:
         finally:
             self._pending.pop(rid, None)
         self._health.ok()
-        if "error" in reply:
-            error = reply["error"] if isinstance(reply["error"], dict) else {}
-            raise GuardError(error.get("code", "error"), error.get("message", ""), reply)
-        return reply
+        return _raise_for_error(reply)
 
     async def connect(self) -> None:
         """Connect now (requests connect lazily); raises GuardUnavailable."""
@@ -444,17 +451,7 @@ class AsyncGuardClient:
                 return self._writer
             reader, writer = await asyncio.open_unix_connection(str(self.path), limit=self.max_frame)
             hello_id = next(self._ids)
-            hello = {
-                "op": "hello",
-                "id": hello_id,
-                "harness": self.harness,
-                "version": self.version,
-                "pid": os.getpid(),
-                "capabilities": self.capabilities,
-                "role": self.role,
-                "protocol": PROTOCOL_VERSION,
-            }
-            writer.write(orjson.dumps(hello) + b"\n")
+            writer.write(_hello_frame(hello_id, self.harness, self.version, self.capabilities, self.role))
             future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
             self._pending[hello_id] = future
             future.add_done_callback(lambda f: self._hello_done(hello_id, f))
