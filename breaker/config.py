@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import reprlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
@@ -37,6 +38,9 @@ class Problem:
         return f"{head}{self.key}: expected {self.expected}, found {self.found}"
 
 
+_MAX_LISTED = 20  # problems spelled out in a ConfigError's message (`problems` keeps them all)
+
+
 class ConfigError(ValueError):
     """A setting (or several) is invalid; `problems` lists each one, naming the key."""
 
@@ -46,7 +50,10 @@ class ConfigError(ValueError):
         elif isinstance(problems, Problem):
             problems = [problems]
         self.problems: list[Problem] = list(problems)
-        super().__init__("; ".join(str(p) for p in self.problems))
+        # A file can hold thousands of bad keys; the message lists the first few and counts the rest.
+        shown = "; ".join(str(p) for p in self.problems[:_MAX_LISTED])
+        more = len(self.problems) - _MAX_LISTED
+        super().__init__(shown + (f"; and {more:,} more problems" if more > 0 else ""))
 
     @property
     def keys(self) -> list[str]:
@@ -54,22 +61,75 @@ class ConfigError(ValueError):
 
 
 def describe_value(value: Any, limit: int = 60) -> str:
-    """A short, unambiguous description of a found value for error messages."""
+    """A short, unambiguous description of a found value for error messages.
+
+    Built from a bounded walk of the value (a few levels, a few items each), never from a full
+    `repr()`: a value read from YAML can share one list thousands of times over (aliases) or hold
+    an integer too long to print, and an error message must stay cheap to build either way.
+    """
     tag = getattr(value, "yaml_tag", None)
-    if tag is not None:
-        return f"a {tag} expression ({_clip(repr(getattr(value, 'value', '')), limit)}), which only dsh can evaluate"
+    if isinstance(tag, str):
+        inner = _clip(_BoundedRepr(limit).repr(getattr(value, "value", "")), limit)
+        return f"a {_clip(tag, 40)} expression ({inner}), which only dsh can evaluate"
     if value is None:
         return "null"
     if isinstance(value, bool):
         return "true" if value else "false"
+    if isinstance(value, int) and value.bit_length() > _MAX_INT_BITS:
+        return f"an integer of about {_digits(value):,} digits"
     kind = {str: "a string", int: "an integer", float: "a number", list: "a list", dict: "a mapping"}.get(
-        type(value), f"a {type(value).__name__}"
+        type(value), f"a {_clip(type(value).__name__, 40)}"
     )
-    return f"{_clip(repr(value), limit)} ({kind})"
+    return f"{_clip(_BoundedRepr(limit).repr(value), limit)} ({kind})"
 
 
 def _clip(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _key_name(key: Any) -> str:
+    """An unknown key as error text, as written (a YAML key can be a number, a date, or very long)."""
+    return _clip(key, 60) if isinstance(key, str) else _clip(_BoundedRepr(60).repr(key), 60)
+
+
+# Integers wider than this are described by their length: Python refuses to print one of more than
+# 4,300 digits (sys.int_info.default_max_str_digits), and YAML's hex and base-60 forms can build one.
+_MAX_INT_BITS = 128
+
+
+def _digits(value: int) -> int:
+    return int(abs(value).bit_length() * 0.30103) + 1
+
+
+class _BoundedRepr(reprlib.Repr):
+    """repr() that looks at most 3 levels deep and 6 items wide, with strings cut at the message's limit."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__()
+        self.maxlevel = 3
+        self.maxtuple = self.maxlist = self.maxset = self.maxfrozenset = self.maxdeque = self.maxarray = 6
+        self.maxdict = 4
+        self.maxstring = self.maxother = max(limit, 8)
+
+    def repr1(self, x: Any, level: int) -> str:
+        tag = getattr(x, "yaml_tag", None)
+        if isinstance(tag, str):  # a tagged value inside a list: its tag, then its value, bounded
+            return f"{_clip(tag, 20)} {self.repr1(getattr(x, 'value', None), level - 1)}"
+        return super().repr1(x, level)
+
+    def repr_str(self, x: str, level: int) -> str:
+        # Cut before repr(): only the head is ever shown, so only the head is ever escaped.
+        return _clip(repr(x[: self.maxstring]), self.maxstring)
+
+    def repr_int(self, x: int, level: int) -> str:
+        return repr(x) if x.bit_length() <= _MAX_INT_BITS else f"<an integer of about {_digits(x):,} digits>"
+
+    def repr_bytes(self, x: bytes, level: int) -> str:
+        return _clip(repr(x[: self.maxother]), self.maxother)
+
+    def repr_instance(self, x: Any, level: int) -> str:
+        # Only types a YAML loader builds get here (floats, dates, bytes); their repr() is short.
+        return _clip(super().repr_instance(x, level), self.maxother)
 
 
 # camelCase key (as in the seed and the patch layer) -> Config attribute
@@ -154,9 +214,10 @@ class Config:
         for key, value in mapping.items():
             attr = KEYS.get(key) if isinstance(key, str) else None
             if attr is None:
-                hint = difflib.get_close_matches(str(key), list(KEYS), n=1)
+                name = _key_name(key)
+                hint = difflib.get_close_matches(name, list(KEYS), n=1)
                 expected = "one of " + ", ".join(KEYS) + (f" (did you mean {hint[0]}?)" if hint else "")
-                problems.append(Problem(str(key), expected, "an unknown key", lines.get(str(key), where)))
+                problems.append(Problem(name, expected, "an unknown key", lines.get(name, where)))
                 continue
             kwargs[attr] = _check(key, value, problems, lines.get(key, where))
         if problems:

@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from breaker import Config, ConfigError
-from breaker.config import DEFAULT_DENY_MESSAGE, KEYS
+from breaker.config import DEFAULT_DENY_MESSAGE, KEYS, describe_value
 
 
 def test_defaults_are_the_seeds():
@@ -202,3 +202,75 @@ def test_any_mapping_gives_a_config_or_a_config_error(mapping):
         assert err.problems
     else:
         assert isinstance(c, Config)
+
+
+# -- error text stays short whatever the value ------------------------------------------------------
+
+
+class Leaf:
+    """A part of a value that counts how often an error message looks at it."""
+
+    looked_at = 0
+
+    def __repr__(self) -> str:
+        Leaf.looked_at += 1
+        return "leaf"
+
+
+def test_describe_value_looks_at_a_few_parts_of_a_list_shared_many_times_over():
+    # One inner list referenced 1,000 times (what YAML aliases build): a million leaves for repr().
+    Leaf.looked_at = 0
+    value = [[Leaf()] * 1_000] * 1_000
+    text = describe_value(value)
+    assert Leaf.looked_at <= 36  # 6 items wide, at each of the levels shown
+    assert text.startswith("[[leaf, leaf,") and text.endswith(" (a list)") and len(text) <= 60 + len(" (a list)")
+
+
+def test_describe_value_of_a_list_that_holds_itself_is_short():
+    loop: list = [1]
+    loop.append(loop)
+    assert describe_value(loop) == "[1, [1, [1, [...]]]] (a list)"
+
+
+def test_describe_value_of_an_integer_too_long_to_print_gives_its_size():
+    assert describe_value(1 << 100_000) == "an integer of about 30,104 digits"
+    assert describe_value([1 << 100_000]) == "[<an integer of about 30,104 digits>] (a list)"
+
+
+def test_describe_value_clips_a_long_string_at_the_limit():
+    text = describe_value("y" * 1_000_000)
+    assert text == "'" + "y" * 58 + "… (a string)"
+
+
+def test_describe_value_keeps_short_values_as_they_read():
+    assert describe_value("6") == "'6' (a string)"
+    assert describe_value(["a", 2, None]) == "['a', 2, None] (a list)"
+    assert describe_value({"k": [1, 2]}) == "{'k': [1, 2]} (a mapping)"
+    assert describe_value(1.5) == "1.5 (a number)"
+
+
+def test_describe_value_of_a_tagged_value_looks_at_a_few_parts_of_it():
+    class Tagged:  # the shape of breaker.patch.Tagged (`!foo [...]`), which config may not import
+        yaml_tag = "!foo"
+        value = [[Leaf()] * 1_000] * 1_000
+
+    Leaf.looked_at = 0
+    text = describe_value(Tagged())
+    assert Leaf.looked_at <= 36
+    assert text.startswith("a !foo expression ([[leaf,") and text.endswith("), which only dsh can evaluate")
+    assert len(text) < 120
+
+
+def test_an_unknown_key_too_long_for_a_message_is_clipped():
+    with pytest.raises(ConfigError) as info:
+        Config.from_mapping({"k" * 1_000_000: 1, 1 << 100_000: 2})
+    assert len(str(info.value)) < 1_000
+    assert info.value.problems[1].key == "<an integer of about 30,104 digits>"
+
+
+def test_a_config_error_with_many_problems_spells_out_twenty_and_counts_the_rest():
+    with pytest.raises(ConfigError) as info:
+        Config.from_mapping({f"bogus{i}": i for i in range(1_000)})
+    assert len(info.value.problems) == 1_000  # every problem is kept for callers that list them
+    message = str(info.value)
+    assert message.count("an unknown key") == 20 and message.endswith("; and 980 more problems")

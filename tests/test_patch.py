@@ -6,6 +6,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 from pathlib import Path
@@ -16,7 +17,23 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from breaker import Config, ConfigError
-from breaker.patch import Loaded, PatchError, PatchSources, Tagged, _Loader, load, read_layer, write_config
+from breaker.patch import (
+    MAX_DEPTH,
+    MAX_FILE_BYTES,
+    MAX_NODES,
+    NO_FILE,
+    Loaded,
+    PatchConflict,
+    PatchError,
+    PatchSources,
+    Tagged,
+    _Loader,
+    clean_stale_temps,
+    load,
+    read_layer,
+    read_text,
+    write_config,
+)
 
 
 def dedent(text: str) -> str:
@@ -491,10 +508,8 @@ def test_a_failed_rename_leaves_the_old_file_and_no_temporary(tmp_path, monkeypa
     assert sorted(p.name for p in tmp_path.iterdir()) == ["p.yml"]
 
 
-def test_a_crash_mid_write_leaves_the_old_file_whole(tmp_path):
-    f = tmp_path / "cordis.patch.yml"
-    f.write_text(MIXED)
-    marker = tmp_path / "writing"
+def kill_mid_write(f: Path, marker: Path) -> None:
+    """Run write_config in a child and SIGKILL it after the new text is in the temporary, before the rename."""
     child = textwrap.dedent(f"""
         import os, sys, time
         from pathlib import Path
@@ -515,6 +530,12 @@ def test_a_crash_mid_write_leaves_the_old_file_whole(tmp_path):
         time.sleep(0.02)
     proc.send_signal(signal.SIGKILL)
     proc.wait()
+
+
+def test_a_crash_mid_write_leaves_the_old_file_whole(tmp_path):
+    f = tmp_path / "cordis.patch.yml"
+    f.write_text(MIXED)
+    kill_mid_write(f, tmp_path / "writing")
     assert f.read_text() == MIXED
     assert load(PatchSources(patches=(f,))).config.window == 200
 
@@ -542,3 +563,528 @@ def test_a_write_to_the_target_takes_effect(home):
     write_config(loaded.write_target(), loaded.config.replace(duplicate_limit=2))
     after = load(sources(home))
     assert (after.config.duplicate_limit, after.config.window) == (2, 30)
+
+
+# -- limits on what a file may hold -----------------------------------------------------------------
+
+# 15 lines that expand to 9^9 (387 million) strings: "billion laughs". Before the node limit, building
+# the error text for `exempt: *i` froze the guard for 36 s.
+ALIAS_BOMB = dedent("""
+    - id: other
+      config:
+        a: &a ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]
+        b: &b [*a, *a, *a, *a, *a, *a, *a, *a, *a]
+        c: &c [*b, *b, *b, *b, *b, *b, *b, *b, *b]
+        d: &d [*c, *c, *c, *c, *c, *c, *c, *c, *c]
+        e: &e [*d, *d, *d, *d, *d, *d, *d, *d, *d]
+        f: &f [*e, *e, *e, *e, *e, *e, *e, *e, *e]
+        g: &g [*f, *f, *f, *f, *f, *f, *f, *f, *f]
+        h: &h [*g, *g, *g, *g, *g, *g, *g, *g, *g]
+        i: &i [*h, *h, *h, *h, *h, *h, *h, *h, *h]
+    - id: circuit-breaker
+      config:
+        exempt: *i
+    """)
+
+
+@pytest.mark.timeout(20)
+def test_an_alias_bomb_is_a_patch_error_naming_the_node_limit(home):
+    f = home / "cordis.patch.yml"
+    f.write_text(ALIAS_BOMB)
+    with pytest.raises(PatchError) as info:
+        load(sources(home))
+    assert info.value.path == str(f) and info.value.line is not None
+    assert f"more than {MAX_NODES:,} YAML nodes with its aliases expanded" in str(info.value)
+
+
+@pytest.mark.timeout(20)
+def test_an_alias_bomb_in_another_row_is_refused_too_and_a_write_leaves_the_file_alone(tmp_path):
+    f = tmp_path / "p.yml"
+    f.write_text(ALIAS_BOMB.replace("exempt: *i", "window: 9"))
+    with pytest.raises(PatchError, match="YAML nodes with its aliases expanded"):
+        load(PatchSources(patches=(f,)))
+    with pytest.raises(PatchError, match="YAML nodes with its aliases expanded"):
+        write_config(f, Config(window=5))
+    assert f.read_text() == ALIAS_BOMB.replace("exempt: *i", "window: 9")
+
+
+@pytest.mark.timeout(20)
+def test_an_alias_bomb_in_settings_yaml_is_skipped_not_expanded(home):
+    (home / "settings.yaml").write_text("circuit-breaker:\n" + textwrap.indent(ALIAS_BOMB, "  "))
+    put(home / "cordis.patch.yml", "- id: circuit-breaker\n  config: {window: 40}\n")
+    loaded = load(sources(home))
+    assert loaded.config.window == 40
+    assert not any("settings.yaml" in n for n in loaded.notes)  # dsh's file to judge; we only skip it
+
+
+def test_aliases_within_the_node_limit_still_read(home):
+    put(
+        home / "cordis.patch.yml",
+        """
+        - id: other
+          config:
+            names: &names [a, b]
+        - id: circuit-breaker
+          config:
+            exempt: *names
+        """,
+    )
+    assert load(sources(home)).config.exempt == ("a", "b")
+
+
+def test_a_recursive_alias_is_a_patch_error_not_an_endless_value(home):
+    put(home / "cordis.patch.yml", "- id: other\n  config: &loop\n    self: *loop\n- id: circuit-breaker\n")
+    with pytest.raises(PatchError, match=r"cordis.patch.yml:3: alias \*loop refers to the node that contains it"):
+        load(sources(home))
+
+
+@pytest.mark.parametrize(
+    "nested",
+    [
+        "[" * 50_000 + "]" * 50_000,  # flow
+        "\n" + "".join(" " * (4 + 2 * i) + f"k{i}:\n" for i in range(MAX_DEPTH + 5)) + " " * 300 + "x",  # block
+    ],
+    ids=["flow", "block"],
+)
+def test_nesting_deeper_than_the_limit_is_a_patch_error_naming_it(home, nested):
+    (home / "cordis.patch.yml").write_text("- id: circuit-breaker\n  config: " + nested + "\n")
+    with pytest.raises(PatchError) as info:
+        load(sources(home))
+    assert f"nests deeper than {MAX_DEPTH} levels" in str(info.value) and info.value.line is not None
+
+
+def test_nesting_within_the_limit_still_reads(home):
+    depth = MAX_DEPTH - 10
+    (home / "cordis.patch.yml").write_text(
+        "- id: other\n  config: " + "[" * depth + "]" * depth + "\n- id: circuit-breaker\n  config: {window: 8}\n"
+    )
+    assert load(sources(home)).config.window == 8
+
+
+def test_a_file_over_the_size_limit_is_a_patch_error_naming_it(home):
+    f = home / "cordis.patch.yml"
+    row = "- id: circuit-breaker\n"
+    f.write_text(row + "#" * (MAX_FILE_BYTES - len(row)) + "\n")
+    with pytest.raises(PatchError) as info:
+        load(sources(home))
+    assert info.value.path == str(f) and "is larger than 1 MiB" in str(info.value)
+
+
+def test_a_file_at_the_size_limit_still_reads(home):
+    row = "- id: circuit-breaker\n  config: {window: 8}\n"
+    (home / "cordis.patch.yml").write_text(row + "#" * (MAX_FILE_BYTES - len(row) - 1) + "\n")
+    assert load(sources(home)).config.window == 8
+
+
+@pytest.mark.timeout(20)
+def test_a_huge_base_60_integer_in_our_row_is_an_error_not_a_stall(home):
+    # `1:1:1…` is a YAML 1.1 integer whose building is quadratic in its length: minutes at this size.
+    (home / "cordis.patch.yml").write_text("- id: circuit-breaker\n  config:\n    window: 1" + ":1" * 400_000 + "\n")
+    with pytest.raises(PatchError, match="integer written with more than 4,300 characters") as info:
+        load(sources(home))
+    assert len(str(info.value)) < 300
+
+
+@pytest.mark.timeout(20)
+def test_a_fifo_in_place_of_a_layer_is_an_error_not_a_hang(home):
+    os.mkfifo(home / "cordis.patch.yml")
+    with pytest.raises(PatchError, match="is not a regular file"):
+        load(sources(home))
+
+
+def test_a_long_name_in_a_yaml_error_is_clipped(home):
+    (home / "cordis.patch.yml").write_text("- id: circuit-breaker\n  config: *" + "n" * 100_000 + "\n")
+    with pytest.raises(PatchError, match="undefined alias") as info:
+        load(sources(home))
+    assert len(str(info.value)) < 400
+
+
+def test_a_hex_integer_too_long_to_print_is_a_config_error_naming_the_key(home):
+    # Python refuses to turn an int of more than 4,300 digits into text; the error text must not try.
+    (home / "cordis.patch.yml").write_text("- id: circuit-breaker\n  config:\n    window: 0x" + "f" * 4000 + "\n")
+    with pytest.raises(ConfigError) as info:
+        load(sources(home))
+    assert info.value.keys == ["window"] and "an integer of about 4,817 digits" in str(info.value)
+
+
+# -- bytes and line endings -------------------------------------------------------------------------
+
+
+def test_read_text_gives_the_decoded_text_without_a_bom_or_none_for_no_file(tmp_path):
+    f = tmp_path / "p.yml"
+    assert read_text(f) is None
+    f.write_bytes(b"\xef\xbb\xbf- id: circuit-breaker\r\n")
+    assert read_text(f) == "- id: circuit-breaker\r\n"
+
+
+def test_write_keeps_a_utf8_bom(tmp_path):
+    f = tmp_path / "p.yml"
+    f.write_bytes(b"\xef\xbb\xbf# mine\n- id: circuit-breaker\n  config:\n    window: 9\n")
+    write_config(f, Config(window=10))
+    assert f.read_bytes() == b"\xef\xbb\xbf# mine\n- id: circuit-breaker\n  config:\n    window: 10\n"
+
+
+def test_write_does_not_add_a_bom_to_a_file_without_one(tmp_path):
+    f = tmp_path / "p.yml"
+    f.write_bytes(b"- id: circuit-breaker\n")
+    write_config(f, Config(window=10))
+    assert f.read_bytes().startswith(b"- id: circuit-breaker\n")
+
+
+# (text before our row, our row, text after it): the edit happens in the middle one.
+CRLF_FILES = {
+    "change a value": (
+        "# mine\r\n- id: hmr\r\n  disabled: false\r\n",
+        "- id: circuit-breaker\r\n  config:\r\n    window: 9   # w\r\n",
+        "- id: next\r\n",
+    ),
+    "add a key": ("", "- id: circuit-breaker\r\n  config:\r\n    duplicateLimit: 6   # d\r\n", "- id: next\r\n"),
+    "rewrite whole": ("", "- id: circuit-breaker\r\n  config:\r\n    windw: 9\r\n", "- id: next\r\n"),
+    "add a config": ("", "- id: circuit-breaker\r\n  name: x   # n\r\n", "- id: next\r\n"),
+    "append a row": ("# mine\r\n- id: hmr\r\n  disabled: false", "", ""),
+}
+
+
+@pytest.mark.parametrize(("head", "ours", "tail"), list(CRLF_FILES.values()), ids=list(CRLF_FILES))
+def test_write_into_a_crlf_file_writes_only_crlf_lines(tmp_path, head, ours, tail):
+    f = tmp_path / "p.yml"
+    f.write_bytes((head + ours + tail).encode())
+    new = Config(window=12, duplicate_limit=3, exempt=("a",))
+    write_config(f, new)
+    after = f.read_bytes().decode()
+    assert "\n" not in after.replace("\r\n", "") and after.endswith("\r\n")  # no LF without its CR
+    assert after.startswith(head) and after.endswith(tail)
+    assert load(PatchSources(patches=(f,))).config == new
+
+
+def test_write_into_a_mostly_crlf_file_uses_crlf(tmp_path):
+    f = tmp_path / "p.yml"
+    f.write_bytes(b"# one LF line\n- id: a\r\n  x: 1\r\n- id: circuit-breaker\r\n  config:\r\n    window: 9\r\n")
+    write_config(f, Config(window=9, duplicate_limit=2))
+    assert f.read_bytes().endswith(b"    window: 9\r\n    duplicateLimit: 2\r\n")
+
+
+def test_write_into_a_cr_only_file_uses_cr(tmp_path):
+    f = tmp_path / "p.yml"
+    f.write_bytes(b"- id: circuit-breaker\r  config:\r    window: 9\r")
+    write_config(f, Config(window=9, duplicate_limit=2))
+    assert f.read_bytes() == b"- id: circuit-breaker\r  config:\r    window: 9\r    duplicateLimit: 2\r"
+    assert load(PatchSources(patches=(f,))).config.duplicate_limit == 2
+
+
+# -- links and permissions --------------------------------------------------------------------------
+
+
+def test_write_refuses_a_read_only_file_and_says_how_to_fix_it(tmp_path):
+    f = tmp_path / "p.yml"
+    f.write_text("- id: circuit-breaker\n")
+    f.chmod(0o444)
+    with pytest.raises(PatchError) as info:
+        write_config(f, Config(window=5))
+    assert info.value.path == str(f)
+    assert "is read-only (mode 0444)" in str(info.value) and "chmod u+w" in str(info.value)
+    assert f.read_text() == "- id: circuit-breaker\n" and (f.stat().st_mode & 0o777) == 0o444
+
+
+def test_write_refuses_a_file_without_its_owners_write_bit(tmp_path):
+    f = tmp_path / "p.yml"
+    f.write_text("- id: circuit-breaker\n")
+    f.chmod(0o464)  # writable by the group only: not by its owner, who runs the guard
+    with pytest.raises(PatchError, match="is read-only"):
+        write_config(f, Config(window=5))
+    assert f.read_text() == "- id: circuit-breaker\n"
+
+
+def test_write_refuses_a_file_this_user_may_not_write(tmp_path, monkeypatch):
+    f = tmp_path / "p.yml"
+    f.write_text("- id: circuit-breaker\n")
+    f.chmod(0o644)
+    real_access = os.access
+    monkeypatch.setattr(os, "access", lambda p, m: False if m == os.W_OK else real_access(p, m))  # as if not ours
+    with pytest.raises(PatchError, match=r"is not writable by this user \(mode 0644, owner uid \d+\)"):
+        write_config(f, Config(window=5))
+    assert f.read_text() == "- id: circuit-breaker\n"
+
+
+def test_a_directory_that_takes_no_new_file_is_a_patch_error_naming_it(tmp_path, monkeypatch):
+    f = tmp_path / "p.yml"
+    f.write_text("- id: circuit-breaker\n")
+
+    def no_room(*args, **kwargs):
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(tempfile, "mkstemp", no_room)
+    with pytest.raises(PatchError) as info:
+        write_config(f, Config(window=5))
+    assert str(info.value) == f"{f}: cannot be saved: no file can be created in {tmp_path} (Permission denied)"
+    assert f.read_text() == "- id: circuit-breaker\n"
+
+
+def test_write_refuses_a_hard_linked_file_and_suggests_a_symlink(tmp_path):
+    f = tmp_path / "p.yml"
+    f.write_text("- id: circuit-breaker\n")
+    other = tmp_path / "other-name.yml"
+    os.link(f, other)
+    with pytest.raises(PatchError) as info:
+        write_config(f, Config(window=5))
+    assert "has 2 hard links" in str(info.value) and "ln -sf" in str(info.value)
+    assert f.read_text() == other.read_text() == "- id: circuit-breaker\n"
+    assert f.stat().st_ino == other.stat().st_ino
+
+
+def test_write_through_a_symlink_to_another_directory_keeps_the_link(tmp_path):
+    (tmp_path / "dotfiles").mkdir()
+    (tmp_path / "dsh").mkdir()
+    real = tmp_path / "dotfiles" / "cordis.patch.yml"
+    real.write_text("- id: circuit-breaker\n  config:\n    window: 9\n")
+    link = tmp_path / "dsh" / "cordis.patch.yml"
+    link.symlink_to(Path("..") / "dotfiles" / "cordis.patch.yml")
+    assert write_config(link, Config(window=12)) == real
+    assert link.is_symlink() and os.readlink(link) == str(Path("..") / "dotfiles" / "cordis.patch.yml")
+    assert real.read_text() == "- id: circuit-breaker\n  config:\n    window: 12\n"
+    assert [p.name for p in (tmp_path / "dotfiles").iterdir()] == ["cordis.patch.yml"]  # no temporary left
+
+
+def test_writing_the_config_a_file_already_says_does_not_replace_it(tmp_path):
+    f = tmp_path / "p.yml"
+    f.write_text("- id: circuit-breaker\n  config: {window:   9}   # odd spacing stays\n")
+    before = f.stat().st_ino
+    write_config(f, Config(window=9))
+    assert f.stat().st_ino == before  # no rename: no reload, no change of inode for watchers
+    assert f.read_text() == "- id: circuit-breaker\n  config: {window:   9}   # odd spacing stays\n"
+
+
+# -- temporaries a killed write left ----------------------------------------------------------------
+
+
+def test_clean_stale_temps_removes_the_temporary_a_killed_write_left(tmp_path):
+    f = tmp_path / "cordis.patch.yml"
+    f.write_text(MIXED)
+    kill_mid_write(f, tmp_path / "writing")
+    (tmp_path / "writing").unlink()
+    left = [p for p in tmp_path.iterdir() if p != f]
+    assert len(left) == 1 and left[0].name.endswith(".cbtmp")
+    assert clean_stale_temps(PatchSources(patches=(f,))) == left
+    assert list(tmp_path.iterdir()) == [f] and f.read_text() == MIXED
+
+
+def test_clean_stale_temps_removes_only_our_names(home, tmp_path):
+    layer = home / "cordis.patch.yml"
+    layer.write_text("- id: circuit-breaker\n")
+    ours = home / ".cordis.patch.yml.ab3_x9zq.cbtmp"
+    ours.write_text("half")
+    others = [
+        home / ".cordis.patch.yml.cbtmp",  # no random part
+        home / ".cordis.patch.yml.abcdefghi.cbtmp",  # not 8 characters
+        home / ".cordis.patch.yml.ABCDEFGH.cbtmp",  # not mkstemp's characters
+        home / "cordis.patch.yml.abcdefgh.cbtmp",  # no leading dot
+        home / ".settings.yaml.abcdefgh.cbtmp",  # beside another file
+        home / ".cordis.patch.yml.abcdefgh.tmp",  # another suffix
+    ]
+    for p in others:
+        p.write_text("not ours")
+    (home / ".cordis.patch.yml.dirxxxxx.cbtmp").mkdir()  # not a regular file
+    (home / ".cordis.patch.yml.linkxxxx.cbtmp").symlink_to(layer)
+    assert clean_stale_temps(sources(home)) == [ours]
+    assert not ours.exists() and all(p.exists() for p in others) and layer.exists()
+
+
+def test_clean_stale_temps_looks_beside_the_target_of_a_symlinked_layer(home, tmp_path):
+    real = tmp_path / "dotfiles" / "cordis.patch.yml"
+    real.parent.mkdir()
+    real.write_text("- id: circuit-breaker\n")
+    (home / "cordis.patch.yml").symlink_to(real)
+    stale = real.parent / ".cordis.patch.yml.zzzzzzzz.cbtmp"
+    stale.write_text("half")
+    assert clean_stale_temps(sources(home)) == [stale]
+
+
+def test_clean_stale_temps_with_no_layer_directories_removes_nothing(tmp_path):
+    assert clean_stale_temps(PatchSources(dsh_home=tmp_path / "absent", profile="web")) == []
+
+
+# -- aliases in and around our row ------------------------------------------------------------------
+
+SHARED = dedent("""
+    - id: other
+      config: &shared   # another plugin's config, anchored
+        window: 5
+        exempt: &names [a, b]
+    """)
+
+
+def test_write_to_a_config_that_is_an_alias_spells_it_out_and_leaves_the_anchor_alone(tmp_path):
+    f = tmp_path / "p.yml"
+    f.write_text(SHARED + "- id: circuit-breaker\n  config: *shared\n- id: next\n")
+    new = Config(window=7, exempt=("a", "b"))
+    write_config(f, new)
+    after = f.read_text()
+    assert after.startswith(SHARED)
+    assert after[len(SHARED) :] == "- id: circuit-breaker\n  config:\n    window: 7\n    exempt: [a, b]\n- id: next\n"
+    assert load(PatchSources(patches=(f,))).config == new
+
+
+def test_write_to_a_config_holding_an_alias_replaces_only_that_value(tmp_path):
+    f = tmp_path / "p.yml"
+    f.write_text(SHARED + "- id: circuit-breaker\n  config:\n    window: 9   # w\n    exempt: *names\n")
+    new = Config(window=8, exempt=("a", "c"))
+    write_config(f, new)
+    after = f.read_text()
+    assert after.startswith(SHARED)
+    assert after[len(SHARED) :] == "- id: circuit-breaker\n  config:\n    window: 8   # w\n    exempt: [a, c]\n"
+    assert load(PatchSources(patches=(f,))).config == new
+
+
+def test_write_keeps_an_alias_whose_value_does_not_change(tmp_path):
+    f = tmp_path / "p.yml"
+    f.write_text(SHARED + "- id: circuit-breaker\n  config:\n    window: 9\n    exempt: *names\n")
+    write_config(f, Config(window=8, exempt=("a", "b")))
+    assert f.read_text().endswith("    window: 8\n    exempt: *names\n")
+
+
+def test_write_to_a_config_with_a_merge_key_spells_it_out(tmp_path):
+    f = tmp_path / "p.yml"
+    f.write_text(SHARED + "- id: circuit-breaker\n  config:\n    <<: *shared\n    duplicateLimit: 3\n")
+    new = Config(window=5, exempt=("a", "b"), duplicate_limit=4)
+    write_config(f, new)
+    after = f.read_text()
+    assert after.startswith(SHARED) and "<<" not in after
+    assert load(PatchSources(patches=(f,))).config == new
+
+
+def test_write_to_a_config_whose_anchor_only_it_uses_rewrites_it_whole(tmp_path):
+    f = tmp_path / "p.yml"
+    f.write_text("- id: circuit-breaker\n  config:\n    exempt: &e [a]\n    only: *e\n- id: next\n")
+    new = Config(exempt=("b",), only=("a",))
+    write_config(f, new)
+    assert f.read_text().endswith("- id: next\n")
+    assert load(PatchSources(patches=(f,))).config == new
+
+
+def test_write_refuses_a_config_whose_anchor_another_row_uses(tmp_path):
+    original = "- id: circuit-breaker\n  config: &cfg\n    window: 9\n- id: other\n  config: *cfg\n"
+    f = tmp_path / "p.yml"
+    f.write_text(original)
+    with pytest.raises(PatchError) as info:
+        write_config(f, Config(window=7))
+    assert str(info.value).startswith(f"{f}:2: the circuit-breaker config holds the anchor &cfg, which line 5 uses")
+    assert f.read_text() == original
+
+
+def test_writing_the_same_config_to_an_anchored_config_another_row_uses_is_no_error(tmp_path):
+    original = "- id: circuit-breaker\n  config: &cfg\n    window: 9\n- id: other\n  config: *cfg\n"
+    f = tmp_path / "p.yml"
+    f.write_text(original)
+    write_config(f, Config(window=9))
+    assert f.read_text() == original
+
+
+def test_write_to_a_row_repeated_by_an_alias_edits_the_row_it_repeats(tmp_path):
+    f = tmp_path / "p.yml"
+    f.write_text("- &cb\n  id: circuit-breaker\n  config:\n    window: 9\n- insert:\n    - *cb\n")
+    write_config(f, Config(window=4))
+    assert f.read_text() == "- &cb\n  id: circuit-breaker\n  config:\n    window: 4\n- insert:\n    - *cb\n"
+
+
+def test_write_refuses_a_row_that_is_an_alias_of_text_inside_another_row(tmp_path):
+    original = "- id: templates\n  config:\n    cb: &cb {id: circuit-breaker}\n- insert: [*cb]\n"
+    f = tmp_path / "p.yml"
+    f.write_text(original)
+    with pytest.raises(PatchError, match=r"p.yml:4: the circuit-breaker row here comes through an alias \(\*cb\)"):
+        write_config(f, Config(window=4))
+    assert f.read_text() == original
+
+
+def test_write_refuses_rows_inserted_from_a_list_inside_another_rows_config(tmp_path):
+    original = dedent("""
+        - id: templates
+          config:
+            rows: &rows
+              - id: circuit-breaker
+                config: {window: 5}
+        - insert: *rows
+        """)
+    f = tmp_path / "p.yml"
+    f.write_text(original)
+    assert load(PatchSources(patches=(f,))).config.window == 5
+    with pytest.raises(PatchError, match=r"p.yml:6: the circuit-breaker row here comes through an alias \(\*rows\)"):
+        write_config(f, Config(window=4))
+    assert f.read_text() == original
+
+
+# -- writes that never revert a hand edit -----------------------------------------------------------
+
+
+def test_a_hand_edit_after_the_base_was_read_is_a_conflict_and_survives(tmp_path):
+    f = tmp_path / "p.yml"
+    f.write_text("- id: circuit-breaker\n  config:\n    window: 9\n")
+    base = read_text(f)
+    f.write_text("- id: circuit-breaker\n  config:\n    window: 9\n    duplicateLimit: 2   # by hand\n")
+    with pytest.raises(PatchConflict) as info:
+        write_config(f, Config(window=5), based_on=base)
+    assert info.value.path == str(f) and "not saved" in str(info.value)
+    assert f.read_text().endswith("duplicateLimit: 2   # by hand\n")
+
+
+def test_a_hand_edit_during_the_write_is_a_conflict_and_survives(tmp_path, monkeypatch):
+    f = tmp_path / "p.yml"
+    f.write_text("- id: circuit-breaker\n  config:\n    window: 9\n")
+    real_fsync = os.fsync
+
+    def fsync_then_edit_by_hand(fd):
+        real_fsync(fd)
+        if not f.read_text().endswith("# by hand\n"):  # after the temporary is written, before the rename
+            f.write_text("- id: circuit-breaker\n  config:\n    window: 3   # by hand\n")
+
+    monkeypatch.setattr(os, "fsync", fsync_then_edit_by_hand)
+    with pytest.raises(PatchConflict):
+        write_config(f, Config(window=5), based_on=read_text(f))
+    assert f.read_text() == "- id: circuit-breaker\n  config:\n    window: 3   # by hand\n"
+    assert [p.name for p in tmp_path.iterdir()] == ["p.yml"]  # the temporary is gone too
+
+
+def test_a_file_replaced_by_an_editor_during_the_write_is_a_conflict_without_based_on(tmp_path, monkeypatch):
+    f = tmp_path / "p.yml"
+    f.write_text("- id: circuit-breaker\n")
+    real_fsync = os.fsync
+    edited = []
+
+    def fsync_then_edit_by_hand(fd):
+        real_fsync(fd)
+        if not edited:
+            edited.append(True)
+            f.write_text("- id: circuit-breaker\n  disabled: true\n")
+
+    monkeypatch.setattr(os, "fsync", fsync_then_edit_by_hand)
+    with pytest.raises(PatchConflict):
+        write_config(f, Config(window=5))
+    assert f.read_text() == "- id: circuit-breaker\n  disabled: true\n"
+
+
+def test_a_write_based_on_the_current_text_goes_through(tmp_path):
+    f = tmp_path / "p.yml"
+    f.write_bytes(b"\xef\xbb\xbf- id: circuit-breaker\r\n  config:\r\n    window: 9\r\n")
+    write_config(f, Config(window=5), based_on=read_text(f))
+    assert load(PatchSources(patches=(f,))).config.window == 5
+
+
+def test_based_on_no_file_writes_a_new_file(tmp_path):
+    f = tmp_path / "p.yml"
+    assert read_text(f) is None
+    write_config(f, Config(window=5), based_on=NO_FILE)
+    assert load(PatchSources(patches=(f,))).config.window == 5
+
+
+def test_based_on_no_file_is_a_conflict_with_a_file_made_since(tmp_path):
+    f = tmp_path / "p.yml"
+    f.write_text("- id: circuit-breaker\n  disabled: true\n")
+    with pytest.raises(PatchConflict):
+        write_config(f, Config(window=5), based_on=NO_FILE)
+    assert f.read_text() == "- id: circuit-breaker\n  disabled: true\n"
+
+
+def test_based_on_a_text_is_a_conflict_with_a_file_deleted_since(tmp_path):
+    f = tmp_path / "p.yml"
+    with pytest.raises(PatchConflict):
+        write_config(f, Config(window=5), based_on="- id: circuit-breaker\n")
+    assert not f.exists()
