@@ -6,7 +6,12 @@ harness: garbage in, an unreachable guard or a bug all end in exit 0 (the harnes
 except with `--fail-closed`, which prints an explicit deny instead.
 
 It starts once per tool call, so it imports only what is cheap (`python -X importtime`; figures in
-tests/bench/bench_hook.py): no engine, no orjson, no argparse, no dataclasses, no `socket` module.
+tests/bench/bench_hook.py): no engine, no orjson, no argparse, no dataclasses, no `socket` module,
+no `pathlib` (breaker.paths keeps its own top cheap for this).
+
+It never tells a socket it has not checked anything: one in a directory another user owns or can
+write to, or owned by another user, or served by another user's process, is treated as an
+unreachable guard (breaker.paths.check_socket, check_peer), and nothing it could say is used.
 """
 
 from __future__ import annotations
@@ -15,6 +20,9 @@ import _socket  # the C module behind `socket`: connect/send/recv is all we need
 import json
 import os
 import sys
+import time
+
+from breaker.paths import check_peer, check_socket
 
 TYPE_CHECKING = False  # not typing's: importing typing costs ~2 ms per tool call
 if TYPE_CHECKING:
@@ -33,7 +41,7 @@ beforeShellExecution/beforeMCPExecution/sessionEnd, dsh's Claude-Code bridge). I
 
   --socket PATH      the guard's socket (default: $CBCONSOLE_SOCKET, else
                      $XDG_RUNTIME_DIR/cbconsole/guard.sock, else <tmp>/cbconsole-<uid>/guard.sock)
-  --timeout SECONDS  how long to wait for the guard (default 1)
+  --timeout SECONDS  the most a call waits for the guard, connecting included (default 1)
   --fail-closed      deny when the guard cannot be asked (default: allow, one line on stderr)
   --harness NAME     skip detection: claude, codex, gemini, cursor or dsh
   --dsh-plugin-path  print the directory of the dsh plugin (for `dsh plugin --profile web add`)
@@ -265,7 +273,8 @@ def socket_path(environ: Any = None) -> str:
     """The guard's default socket, exactly as `breaker.paths.default_socket_path` computes it.
 
     The first two rules are repeated here so that the common cases cost no import; the last one
-    (the temp directory) asks breaker.paths itself, which imports tempfile.
+    (the temp directory, or /tmp when that would be too long a path) asks breaker.paths itself,
+    which imports pathlib and tempfile for it.
     """
     env = os.environ if environ is None else environ
     explicit = env.get("CBCONSOLE_SOCKET")
@@ -309,12 +318,25 @@ def _frame(op: str, call: Call, harness: str) -> bytes:
 
 
 def ask(path: str, frame: bytes, timeout: float) -> dict[str, Any]:
-    """Send one request on a fresh connection and return the reply with id 1 (events skipped)."""
+    """Send one request on a fresh connection and return the reply with id 1 (events skipped).
+
+    `timeout` is one deadline for the whole exchange (connect, send, every read): a peer that
+    dribbles its reply a byte at a time cannot hold the harness past it. A socket that fails
+    `check_socket` is never connected to; a peer that fails `check_peer` is sent nothing.
+    """
+    unsafe = check_socket(path)
+    if unsafe is not None:
+        raise GuardUnreachable(unsafe)
+    deadline = time.monotonic() + timeout
     sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
     try:
-        sock.settimeout(timeout)
         try:
+            sock.settimeout(timeout)
             sock.connect(path)
+            unsafe = check_peer(sock, path)
+            if unsafe is not None:
+                raise GuardUnreachable(unsafe)
+            _time_left(sock, deadline)
             sock.sendall(frame)
             buf = b""
             while True:
@@ -328,6 +350,7 @@ def ask(path: str, frame: bytes, timeout: float) -> dict[str, Any]:
                     if isinstance(msg, dict) and "event" not in msg and msg.get("id") in (1, None):
                         return msg
                     nl = buf.find(b"\n")
+                _time_left(sock, deadline)
                 chunk = sock.recv(65536)
                 if not chunk:
                     raise GuardUnreachable(f"the guard at {path} closed the connection without answering")
@@ -340,6 +363,14 @@ def ask(path: str, frame: bytes, timeout: float) -> dict[str, Any]:
             raise GuardUnreachable(f"cannot reach the guard at {path}: {exc.strerror or exc}") from None
     finally:
         sock.close()
+
+
+def _time_left(sock: Any, deadline: float) -> None:
+    """Give the next blocking call only what is left of the deadline."""
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise TimeoutError
+    sock.settimeout(left)
 
 
 # -- the command ---------------------------------------------------------------------------------

@@ -1,55 +1,216 @@
-"""Where the guard's socket lives: a per-user default, overridable by flag and by environment."""
+"""Where the guard's sockets live, and whether a socket found there may be trusted.
+
+cbhook imports this once per tool call, so the module top imports only what Python's start-up has
+already loaded (`os`, `stat`, `sys`) and `_socket`, which cbhook loads anyway; `pathlib` and
+`tempfile` (~10 ms together in a cold interpreter) are imported inside the functions that need them.
+"""
 
 from __future__ import annotations
 
+import _socket
 import os
 import stat
-import tempfile
-from collections.abc import Mapping
-from pathlib import Path
+import sys
 
-__all__ = ["SOCKET_ENV", "SocketPathError", "default_socket_path", "ensure_private_dir"]
+TYPE_CHECKING = False  # not typing's: importing typing costs cbhook ~2 ms per tool call
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+    from pathlib import Path
+
+__all__ = [
+    "OPERATOR_SOCKET_ENV",
+    "SOCKET_ENV",
+    "SocketPathError",
+    "check_length",
+    "check_peer",
+    "check_socket",
+    "default_operator_socket_path",
+    "default_socket_path",
+    "ensure_private_dir",
+    "sun_path_max",
+]
 
 SOCKET_ENV = "CBCONSOLE_SOCKET"
-_SUN_PATH_MAX = 107  # sockaddr_un.sun_path is 108 bytes on Linux, one for the terminating NUL
+OPERATOR_SOCKET_ENV = "CBCONSOLE_OPERATOR_SOCKET"
+_SOCKET_OVERRIDE = "--socket PATH / $CBCONSOLE_SOCKET"
 
 
 class SocketPathError(OSError):
     """The socket path or its directory cannot be used safely."""
 
 
-def default_socket_path(environ: Mapping[str, str] | None = None) -> Path:
-    """`$CBCONSOLE_SOCKET`, else `$XDG_RUNTIME_DIR/cbconsole/guard.sock`, else `<tmp>/cbconsole-<uid>/guard.sock`."""
+def sun_path_max(platform: str = sys.platform) -> int:
+    """The longest socket path `platform` can bind or connect to, in bytes.
+
+    `sockaddr_un.sun_path` is 108 bytes on Linux and 104 on macOS and the BSDs, one of them for the
+    terminating NUL (Node's libuv insists on it). A platform we do not know gets the smaller limit.
+    """
+    return 107 if platform.startswith(("linux", "android")) else 103
+
+
+def check_length(path: str | os.PathLike[str], platform: str = sys.platform) -> None:
+    """Raise SocketPathError if `path` is too long for a Unix socket on `platform`."""
+    size, limit = len(os.fsencode(path)), sun_path_max(platform)
+    if size > limit:
+        raise SocketPathError(
+            f"socket path is {size} bytes, over the {limit}-byte limit for Unix sockets on {platform}: {path} "
+            "(choose a shorter path)"
+        )
+
+
+def default_socket_path(environ: Mapping[str, str] | None = None, *, platform: str = sys.platform) -> Path:
+    """`$CBCONSOLE_SOCKET`, else `$XDG_RUNTIME_DIR/cbconsole/guard.sock`, else `<tmp>/cbconsole-<uid>/guard.sock`.
+
+    `<tmp>` is Python's temporary directory (`$TMPDIR`...), unless the operator's socket beside it
+    (`<tmp>/cbconsole-<uid>-operator/operator.sock`, the longer of the two) would be over `platform`'s
+    socket path limit: then `/tmp` (a long macOS `$TMPDIR`, as sandboxed apps get).
+    """
+    from pathlib import Path
+
     env = os.environ if environ is None else environ
     if env.get(SOCKET_ENV):
         return Path(env[SOCKET_ENV]).expanduser()
     runtime = env.get("XDG_RUNTIME_DIR")
     if runtime and os.path.isdir(runtime):
         return Path(runtime) / "cbconsole" / "guard.sock"
-    return Path(tempfile.gettempdir()) / f"cbconsole-{os.getuid()}" / "guard.sock"
+    import tempfile
+
+    directory = f"cbconsole-{os.getuid()}"
+    tmp = tempfile.gettempdir()
+    if len(os.fsencode(os.path.join(tmp, f"{directory}-operator", "operator.sock"))) > sun_path_max(platform):
+        tmp = "/tmp"
+    return Path(tmp) / directory / "guard.sock"
 
 
-def ensure_private_dir(directory: Path) -> None:
-    """Create `directory` 0700 if missing; refuse one that another user owns or others can enter."""
+def default_operator_socket_path(
+    harness_socket: str | os.PathLike[str] | None = None, environ: Mapping[str, str] | None = None
+) -> Path:
+    """`$CBCONSOLE_OPERATOR_SOCKET`, else `operator.sock` in a sibling of the harness socket's directory.
+
+    The sibling is named after that directory plus `-operator`: `/a/run0/guard.sock` gives
+    `/a/run0-operator/operator.sock`. A process that can reach the harness socket does not reach the
+    operator plane by that alone. `harness_socket=None` is the default harness socket of `environ`.
+    """
+    from pathlib import Path
+
+    env = os.environ if environ is None else environ
+    if env.get(OPERATOR_SOCKET_ENV):
+        return Path(env[OPERATOR_SOCKET_ENV]).expanduser()
+    harness = default_socket_path(env) if harness_socket is None else Path(harness_socket).expanduser()
+    directory = Path(os.path.abspath(harness)).parent
+    if not directory.name:
+        raise SocketPathError(
+            f"the harness socket {harness} is in the root directory, so the operator's socket has no "
+            f"directory beside it: set ${OPERATOR_SOCKET_ENV}"
+        )
+    return directory.with_name(f"{directory.name}-operator") / "operator.sock"
+
+
+def _owner(uid: int) -> str:
+    """`uid 1001 (mallory)`, or `uid 1001` when the name cannot be looked up."""
+    try:
+        import pwd
+
+        return f"uid {uid} ({pwd.getpwuid(uid).pw_name})"
+    except (ImportError, KeyError, OSError):
+        return f"uid {uid}"
+
+
+def _kind(mode: int) -> str:
+    if stat.S_ISLNK(mode):
+        return "a symlink"
+    if stat.S_ISREG(mode):
+        return "a regular file"
+    if stat.S_ISDIR(mode):
+        return "a directory"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    return "a special file"
+
+
+def check_socket(path: str | os.PathLike[str]) -> str | None:
+    """Why the socket at `path` must not be connected to, or None if it may be (or does not exist).
+
+    Checked as ssh-agent and tmux check theirs, before anything is sent: the socket's directory
+    (not following a symlink) is a directory of ours that no group or other user can write to, and
+    the socket in it is a socket of ours. In a shared directory such as /tmp, another user can create
+    `cbconsole-<uid>` first and listen there to read every tool call and answer for the guard. A
+    missing directory or socket is not a reason: the guard is not running, and connecting says so.
+    """
+    target = os.path.abspath(os.fspath(path))
+    directory = os.path.dirname(target)
+    me = os.getuid()
+    why = f"not trusting the guard's socket {target}:"
+    for name, subject, wanted in (
+        (directory, f"its directory {directory}", stat.S_IFDIR),
+        (target, "it", stat.S_IFSOCK),
+    ):
+        try:
+            st = os.lstat(name)
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        except OSError as exc:
+            return f"{why} cannot check {subject}: {exc.strerror or exc}"
+        if stat.S_IFMT(st.st_mode) != wanted:
+            return f"{why} {subject} is {_kind(st.st_mode)} owned by {_owner(st.st_uid)}, not {_kind(wanted)}"
+        if st.st_uid != me:
+            return f"{why} {subject} belongs to {_owner(st.st_uid)}, not to you (uid {me})"
+        if wanted == stat.S_IFDIR and st.st_mode & 0o022:
+            return (
+                f"{why} {subject} can be written by other users "
+                f"(mode {stat.S_IMODE(st.st_mode):04o}), who could put their own socket there"
+            )
+    return None
+
+
+def check_peer(sock: _socket.socket, path: str | os.PathLike[str]) -> str | None:
+    """Why the process at the other end of connected `sock` is not to be told anything, or None.
+
+    The kernel's word (SO_PEERCRED, Linux): the listener runs as another user. It closes the gap
+    between `check_socket` and connect, when the directory's parent lets someone swap the directory.
+    Where the kernel has no such option, None.
+    """
+    option = getattr(_socket, "SO_PEERCRED", None)
+    if option is None:
+        return None
+    cred = sock.getsockopt(_socket.SOL_SOCKET, option, 12)  # struct ucred: pid, uid, gid (32 bits each)
+    uid, me = int.from_bytes(cred[4:8], sys.byteorder), os.getuid()
+    if uid == me:
+        return None
+    why = f"not trusting the guard's socket {os.fspath(path)}:"
+    return f"{why} the process serving it runs as {_owner(uid)}, not as you (uid {me})"
+
+
+def ensure_private_dir(directory: Path, *, override: str = _SOCKET_OVERRIDE) -> None:
+    """Create `directory` 0700 if missing; refuse one that another user owns or others can enter.
+
+    The messages say how to get out: remove the directory, chmod it, or choose another path with
+    `override` (how the user names another path for this socket).
+    """
+    import shlex
+
+    elsewhere = f"choose another path with {override}, or set XDG_RUNTIME_DIR"
     try:
         directory.mkdir(mode=0o700, parents=True, exist_ok=True)
     except OSError as exc:
-        raise SocketPathError(f"cannot create the socket directory {directory}: {exc.strerror or exc}") from None
+        raise SocketPathError(
+            f"cannot create the socket directory {directory}: {exc.strerror or exc}; {elsewhere}"
+        ) from None
     st = os.lstat(directory)
+    quoted, me = shlex.quote(str(directory)), os.getuid()
     if not stat.S_ISDIR(st.st_mode):
-        raise SocketPathError(f"{directory} is not a directory (a symlink or a file); refusing to put the socket there")
-    if st.st_uid != os.getuid():
-        raise SocketPathError(f"{directory} belongs to uid {st.st_uid}, not to you (uid {os.getuid()}); refusing")
+        raise SocketPathError(
+            f"{directory} is {_kind(st.st_mode)} owned by {_owner(st.st_uid)}, not a directory; refusing to put "
+            f"the socket there. Remove it (`rm {quoted}`; if it is not yours, ask an administrator), or {elsewhere}."
+        )
+    if st.st_uid != me:
+        raise SocketPathError(
+            f"{directory} belongs to {_owner(st.st_uid)}, not to you (uid {me}): another user may have created it "
+            f"to intercept your guard. Remove it (it is not yours: ask an administrator, or `sudo rm -r {quoted}`), "
+            f"or {elsewhere}."
+        )
     if st.st_mode & 0o077:
         raise SocketPathError(
-            f"{directory} is open to other users (mode {stat.S_IMODE(st.st_mode):04o}); the guard's socket "
-            "must be in a private (0700) directory: chmod 700 it or choose another --socket path"
-        )
-
-
-def check_length(path: Path) -> None:
-    if len(os.fsencode(path)) > _SUN_PATH_MAX:
-        raise SocketPathError(
-            f"socket path is {len(os.fsencode(path))} bytes, over the {_SUN_PATH_MAX}-byte limit for Unix sockets: "
-            f"{path}"
+            f"{directory} is open to other users (mode {stat.S_IMODE(st.st_mode):04o}); the guard's socket must be "
+            f"in a private directory: `chmod 700 {quoted}`, or {elsewhere}."
         )

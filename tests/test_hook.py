@@ -21,6 +21,17 @@ from breaker import hook
 from breaker.hook import answer, detect, parse_event
 from breaker.protocol import MAX_FRAME
 from tests.conftest import request
+from tests.test_paths import (
+    HOSTILE,
+    NEEDS_ROOT,
+    NOBODY,
+    SQUATS,
+    expected_refusal,
+    foreign_listener,
+    owner_text,
+    received_by,
+    squatted,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLES = ROOT / "tests" / "e2e" / "samples"
@@ -257,22 +268,43 @@ def test_gemini_and_cursor_denies_are_their_own():
         {"XDG_RUNTIME_DIR": "."},
         {"XDG_RUNTIME_DIR": "/does/not/exist", "TMPDIR": "."},
         {"TMPDIR": "."},
+        {"TMPDIR": "long"},
         {},
     ],
-    ids=["env", "xdg", "xdg-missing", "tmpdir", "nothing"],
+    ids=["env", "xdg", "xdg-missing", "tmpdir", "tmpdir-too-long", "nothing"],
 )
 def test_default_socket_path_is_the_one_breaker_paths_computes(env, tmp_path):
     # Each runs with `env` as its real environment: Python's tempfile reads the process's own.
-    env = {k: (str(tmp_path) if v == "." else v) for k, v in env.items()}
+    long = tmp_path / ("l" * 100)  # its sockets would be over every platform's path limit
+    long.mkdir()
+    env = {k: {".": str(tmp_path), "long": str(long)}.get(v, v) for k, v in env.items()}
     env.setdefault("HOME", str(tmp_path / "home"))
     code = "from breaker import hook, paths; print(hook.socket_path()); print(paths.default_socket_path())"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env)
     ours, theirs = out.stdout.splitlines()
     assert ours == theirs
+    if env.get("TMPDIR") == str(long):
+        assert ours == f"/tmp/cbconsole-{os.getuid()}/guard.sock"
 
 
 def test_the_frame_limit_is_the_guards():
     assert hook.MAX_FRAME == MAX_FRAME
+
+
+# What cbhook may load beyond Python's start-up: `time` and `_socket` are C modules; breaker.paths
+# keeps pathlib and tempfile out of its top.
+HOOK_MODULES = {
+    "breaker",
+    "breaker.hook",
+    "breaker.paths",
+    "_socket",
+    "time",
+    "json",
+    "json.decoder",
+    "json.scanner",
+    "json.encoder",
+    "_json",
+}
 
 
 def test_importing_the_hook_loads_only_json_and_the_socket_module_beyond_python_startup():
@@ -280,16 +312,22 @@ def test_importing_the_hook_loads_only_json_and_the_socket_module_beyond_python_
     code = "import sys; before = set(sys.modules); import breaker.hook; print(sorted(set(sys.modules) - before))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env).stdout
     added = set(json.loads(out.replace("'", '"')))
-    assert added <= {
-        "breaker",
-        "breaker.hook",
-        "_socket",
-        "json",
-        "json.decoder",
-        "json.scanner",
-        "json.encoder",
-        "_json",
-    }
+    assert added <= HOOK_MODULES
+
+
+def test_a_checked_call_loads_nothing_beyond_the_hooks_own_imports(guard):
+    # The whole run: the socket checks, connect, the peer check, the exchange with a real guard.
+    code = (
+        "import sys; before = set(sys.modules); from breaker import hook; "
+        "status = hook.main(['--socket', sys.argv[1]]); print(status, sorted(set(sys.modules) - before))"
+    )
+    payload = json.dumps(claude_pre("s-imports")).encode()
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(guard.socket)], input=payload, capture_output=True, check=True
+    )
+    status, _, added = out.stdout.decode().partition(" ")
+    assert status == "0" and set(json.loads(added.replace("'", '"'))) <= HOOK_MODULES, out
+    assert agent_views(guard.socket)["s-imports"]["calls"] == 1  # it did ask the guard
 
 
 # --- the real command against a real guard -------------------------------------------------------
@@ -445,6 +483,110 @@ def test_a_peer_that_answers_garbage_is_treated_as_unreachable(tmp_path):
     finally:
         server.close()
     assert "not JSON" in out["hookSpecificOutput"]["permissionDecisionReason"]
+
+
+# --- a socket that may not be the guard's ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("layout", SQUATS)
+def test_a_squatted_socket_is_never_connected_to_and_the_call_fails_open_naming_its_owner(tmp_path, layout):
+    with squatted(tmp_path / "cbconsole-0", layout) as squatter:
+        result = cbhook(claude_pre(), socket_path=squatter.path)
+    assert (squatter.connections, squatter.received) == (0, b"")
+    assert (result.returncode, result.stdout) == (0, b"")
+    (line,) = result.stderr.decode().splitlines()
+    assert line.startswith(f"cbhook: not trusting the guard's socket {squatter.path}: ")
+    assert line.endswith("; allowing the call (fail open)")
+    for part in expected_refusal(layout, squatter.path):
+        assert part in line, line
+
+
+@pytest.mark.parametrize("layout", SQUATS)
+def test_a_squatted_socket_with_fail_closed_gets_our_own_deny_and_never_the_squatters(tmp_path, layout):
+    with squatted(tmp_path / "cbconsole-0", layout) as squatter:
+        result = cbhook(claude_pre(), "--fail-closed", socket_path=squatter.path)
+    assert (squatter.connections, squatter.received) == (0, b"")
+    reason = stdout_json(result)["hookSpecificOutput"]["permissionDecisionReason"]
+    assert reason.startswith(f"Circuit breaker unreachable (not trusting the guard's socket {squatter.path}: ")
+    assert reason.endswith("tool calls are denied until it is back.")
+    assert HOSTILE not in (result.stdout + result.stderr).decode()
+
+
+@NEEDS_ROOT
+def test_the_default_socket_in_a_directory_another_user_made_in_tmp_is_refused(tmp_path):
+    # The attack as reported: no XDG_RUNTIME_DIR, and another user made <tmp>/cbconsole-<uid> first.
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    os.chmod(tmp, 0o1777)
+    env = {k: v for k, v in os.environ.items() if k not in ("XDG_RUNTIME_DIR", "CBCONSOLE_SOCKET")}
+    env["TMPDIR"] = str(tmp)
+    with squatted(tmp / f"cbconsole-{os.getuid()}", "directory-of-another-user") as squatter:
+        result = subprocess.run(
+            [str(CBHOOK), "--fail-closed"], input=json.dumps(claude_pre()).encode(), capture_output=True, env=env
+        )
+    assert (squatter.connections, squatter.received) == (0, b"")
+    reason = stdout_json(result)["hookSpecificOutput"]["permissionDecisionReason"]
+    assert f"{squatter.path.parent} belongs to {owner_text(NOBODY)}" in reason and HOSTILE not in reason
+
+
+def test_an_agent_end_is_not_sent_to_a_squatted_socket(tmp_path):
+    end = {"session_id": "s-1", "transcript_path": "/t", "cwd": "/w", "hook_event_name": "SessionEnd", "reason": "x"}
+    with squatted(tmp_path / "run", "directory-writable-by-group") as squatter:
+        result = cbhook(end, socket_path=squatter.path)
+    assert (squatter.connections, squatter.received) == (0, b"")
+    assert (result.returncode, result.stdout) == (0, b"")
+    assert b"not trusting the guard's socket" in result.stderr and b"not forgotten" in result.stderr
+
+
+@NEEDS_ROOT
+@pytest.mark.skipif(not hasattr(socket, "SO_PEERCRED"), reason="SO_PEERCRED is Linux's")
+def test_a_listener_running_as_another_user_is_sent_nothing_though_its_socket_file_is_ours(tmp_path):
+    path = tmp_path / "guard.sock"
+    with foreign_listener(path) as proc:
+        result = cbhook(claude_pre(), "--fail-closed", socket_path=path)
+        assert received_by(proc) == ""  # connected, asked the kernel who it is, closed: not one byte
+    reason = stdout_json(result)["hookSpecificOutput"]["permissionDecisionReason"]
+    assert f"the process serving it runs as {owner_text(NOBODY)}" in reason and HOSTILE not in reason
+
+
+# --- the timeout is one deadline -------------------------------------------------------------------
+
+
+@pytest.mark.timeout(120)  # a regression hangs until the dribbler stops: fail, never pass
+@pytest.mark.parametrize("fail_closed", [False, True], ids=["fail-open", "fail-closed"])
+def test_a_peer_dribbling_its_reply_cannot_hold_cbhook_past_its_timeout(tmp_path, fail_closed):
+    # One byte every 0.1 s never lets a single read wait 0.5 s: only a total deadline ends this.
+    path = tmp_path / "slow.sock"
+    server = socket.socket(socket.AF_UNIX)
+    server.bind(str(path))
+    server.listen(8)
+    stop, closed = threading.Event(), threading.Event()
+
+    def dribble() -> None:
+        conn, _ = server.accept()
+        with conn:
+            while not stop.is_set():
+                try:
+                    conn.sendall(b"x")
+                except OSError:  # EPIPE: cbhook closed the connection
+                    closed.set()
+                    return
+                stop.wait(0.1)
+
+    threading.Thread(target=dribble, daemon=True).start()
+    args = ["--timeout", "0.5", *(["--fail-closed"] if fail_closed else [])]
+    try:
+        result = cbhook(claude_pre(), *args, socket_path=path, timeout=20)
+        assert closed.wait(20), "the dribbling peer never saw the connection closed"
+    finally:
+        stop.set()
+        server.close()
+    assert b"no answer from the guard" in result.stderr and b"within 0.5 s" in result.stderr
+    if fail_closed:
+        reason = stdout_json(result)["hookSpecificOutput"]["permissionDecisionReason"]
+        assert reason.startswith("Circuit breaker unreachable (no answer from the guard")
+    else:
+        assert (result.returncode, result.stdout) == (0, b"")
 
 
 # --- garbage, empty and huge stdin -----------------------------------------------------------------

@@ -1,14 +1,19 @@
 // The guard's socket from Node: where it is (as breaker/paths.py computes it) and one persistent
 // connection speaking the newline-delimited JSON protocol (PROTOCOL.md), with a stated failure mode.
 //
+// A socket is checked before every (re)connect, as breaker.paths.check_socket does: one in a
+// directory another user owns or can write to, or owned by another user, is never connected to (in
+// /tmp another user can create `cbconsole-<uid>` first and answer for the guard); the failure mode
+// applies, as when the guard is away.
+//
 // Fail open by default: a check the guard cannot answer within the timeout is allowed and counted,
 // with one log line when the guard goes away and one when it is back. `failClosed` denies instead.
 // Nothing here throws at its caller, and nothing keeps Node alive when no request is waiting.
 
-import { accessSync, constants, statSync } from 'node:fs'
+import { accessSync, constants, lstatSync, readFileSync, statSync } from 'node:fs'
 import { createConnection } from 'node:net'
 import { homedir } from 'node:os'
-import { join, resolve } from 'node:path'
+import { dirname, join, resolve } from 'node:path'
 
 export const PROTOCOL_VERSION = 1
 export const MAX_FRAME = 8 * 1024 * 1024 // the guard's frame limit (breaker.protocol.MAX_FRAME)
@@ -46,12 +51,72 @@ function tempDir(env) {
   return resolve(process.cwd())
 }
 
-/** `$CBCONSOLE_SOCKET`, else `$XDG_RUNTIME_DIR/cbconsole/guard.sock`, else `<tmp>/cbconsole-<uid>/guard.sock`. */
-export function defaultSocketPath(env = process.env) {
+/** The longest socket path `platform` can use, in bytes: `sun_path` is 108 bytes on Linux, 104 on
+ * macOS and the BSDs, one of them for the NUL (breaker.paths.sun_path_max). */
+export function sunPathMax(platform = process.platform) {
+  return platform.startsWith('linux') || platform.startsWith('android') ? 107 : 103
+}
+
+/** `$CBCONSOLE_SOCKET`, else `$XDG_RUNTIME_DIR/cbconsole/guard.sock`, else `<tmp>/cbconsole-<uid>/guard.sock`,
+ * with `/tmp` for `<tmp>` when the operator's socket beside it would be too long a path for `platform`. */
+export function defaultSocketPath(env = process.env, platform = process.platform) {
   if (env.CBCONSOLE_SOCKET) return expandUser(env.CBCONSOLE_SOCKET)
   const runtime = env.XDG_RUNTIME_DIR
   if (runtime && isDir(runtime)) return join(runtime, 'cbconsole', 'guard.sock')
-  return join(tempDir(env), `cbconsole-${process.getuid?.() ?? 0}`, 'guard.sock')
+  const directory = `cbconsole-${process.getuid?.() ?? 0}`
+  let tmp = tempDir(env)
+  if (Buffer.byteLength(join(tmp, `${directory}-operator`, 'operator.sock')) > sunPathMax(platform)) tmp = '/tmp'
+  return join(tmp, directory, 'guard.sock')
+}
+
+// `uid 1001 (mallory)` from /etc/passwd, or `uid 1001` (Node has no getpwuid). Only on a refusal.
+function owner(uid) {
+  try {
+    for (const line of readFileSync('/etc/passwd', 'utf8').split('\n')) {
+      const fields = line.split(':')
+      if (fields.length > 2 && fields[2] === String(uid)) return `uid ${uid} (${fields[0]})`
+    }
+  } catch {
+    // no passwd file: the number alone
+  }
+  return `uid ${uid}`
+}
+
+function kind(st) {
+  if (st.isSymbolicLink()) return 'a symlink'
+  if (st.isFile()) return 'a regular file'
+  if (st.isDirectory()) return 'a directory'
+  if (st.isSocket()) return 'a socket'
+  return 'a special file'
+}
+
+/** Why the socket at `path` must not be connected to, or null (breaker.paths.check_socket): its
+ * directory (not followed if a symlink) must be ours and not writable by group or others, and the
+ * socket a socket of ours. A missing directory or socket is null: connecting then says the guard is away. */
+export function checkSocket(path, uid = process.getuid?.()) {
+  if (uid === undefined) return null // no uids here (Windows)
+  const target = resolve(path)
+  const directory = dirname(target)
+  const why = `not trusting the guard's socket ${target}:`
+  for (const [name, subject, wanted] of [
+    [directory, `its directory ${directory}`, 'a directory'],
+    [target, 'it', 'a socket'],
+  ]) {
+    let st
+    try {
+      st = lstatSync(name)
+    } catch (error) {
+      if (error?.code === 'ENOENT' || error?.code === 'ENOTDIR') return null
+      return `${why} cannot check ${subject}: ${error?.code ?? error?.message}`
+    }
+    if (kind(st) !== wanted) return `${why} ${subject} is ${kind(st)} owned by ${owner(st.uid)}, not ${wanted}`
+    if (st.uid !== uid) return `${why} ${subject} belongs to ${owner(st.uid)}, not to you (uid ${uid})`
+    if (wanted === 'a directory' && st.mode & 0o022) {
+      const mode = (st.mode & 0o7777).toString(8).padStart(4, '0')
+      return `${why} ${subject} can be written by other users (mode ${mode}), who could put their own socket there`
+    }
+  }
+  return null
 }
 
 /** The plugin's settings from its row's `config` (the guard server validates the same keys and
@@ -174,6 +239,8 @@ export class GuardConnection {
   connect() {
     if (this.socket !== null) return Promise.resolve(this.socket)
     if (this.connecting !== null) return this.connecting
+    const unsafe = checkSocket(this.path)
+    if (unsafe !== null) return Promise.reject(new Error(unsafe))
     this.connecting = new Promise((resolve, reject) => {
       const socket = createConnection({ path: this.path })
       socket.setEncoding('utf8')

@@ -7,18 +7,24 @@ test_adapters_dsh.py; these reach the cases a real model run cannot provoke on d
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import textwrap
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from breaker.hook import plugin_dir
+from breaker.paths import check_socket
 from tests.conftest import request
+from tests.test_paths import HOSTILE, SQUATS, Squatter, expected_refusal, squatted
 
 from . import harnesses
 from .harnesses import InstallError
@@ -98,27 +104,64 @@ def views(socket_path: Path) -> dict[str, dict[str, Any]]:
 # --- where the guard is --------------------------------------------------------------------------
 
 
+@pytest.fixture
+def tmpdirs(tmp_path) -> Iterator[dict[str, str]]:
+    """Temp directories for $TMPDIR: "." a short one; "long" one whose sockets fit no platform;
+    "darwin-long" one whose operator socket (`<tmp>/cbconsole-<uid>-operator/operator.sock`, the
+    longer default) is 105 bytes: over macOS's 103-byte limit, within Linux's 107."""
+    base = Path(tempfile.mkdtemp(prefix="cb", dir="/tmp"))  # tmp_path's own length varies with the test id
+    tail = len(f"/cbconsole-{os.getuid()}-operator/operator.sock")
+    darwin_long = base / ("d" * (105 - tail - len(str(base)) - 1))
+    long = tmp_path / ("l" * 100)
+    for directory in (darwin_long, long):
+        directory.mkdir()
+    yield {".": str(tmp_path), "long": str(long), "darwin-long": str(darwin_long)}
+    shutil.rmtree(base)
+
+
 @pytest.mark.parametrize(
-    "env",
+    ("env", "platform"),
     [
-        {"CBCONSOLE_SOCKET": "~/cb/guard.sock"},
-        {"CBCONSOLE_SOCKET": "/run/x/guard.sock", "XDG_RUNTIME_DIR": "."},
-        {"XDG_RUNTIME_DIR": "."},
-        {"XDG_RUNTIME_DIR": "/does/not/exist", "TMPDIR": "."},
-        {"TMPDIR": "."},
-        {"TMPDIR": "/does/not/exist", "TEMP": "."},
-        {},
+        ({"CBCONSOLE_SOCKET": "~/cb/guard.sock"}, "linux"),
+        ({"CBCONSOLE_SOCKET": "/run/x/guard.sock", "XDG_RUNTIME_DIR": "."}, "linux"),
+        ({"XDG_RUNTIME_DIR": "."}, "linux"),
+        ({"XDG_RUNTIME_DIR": "/does/not/exist", "TMPDIR": "."}, "linux"),
+        ({"TMPDIR": "."}, "linux"),
+        ({"TMPDIR": "/does/not/exist", "TEMP": "."}, "linux"),
+        ({}, "linux"),
+        ({"TMPDIR": "long"}, "linux"),
+        ({"TMPDIR": "darwin-long"}, "linux"),
+        ({"TMPDIR": "darwin-long"}, "darwin"),
+        ({"TMPDIR": "."}, "darwin"),
     ],
-    ids=["env", "env-over-xdg", "xdg", "xdg-missing", "tmpdir", "tmpdir-missing", "nothing"],
+    ids=[
+        "env",
+        "env-over-xdg",
+        "xdg",
+        "xdg-missing",
+        "tmpdir",
+        "tmpdir-missing",
+        "nothing",
+        "tmpdir-too-long",
+        "tmpdir-long-for-macos-on-linux",
+        "tmpdir-long-for-macos-on-macos",
+        "tmpdir-on-macos",
+    ],
 )
-def test_the_plugin_computes_the_socket_path_python_does(node, tmp_path, env):
+def test_the_plugin_computes_the_socket_path_python_does(node, tmp_path, tmpdirs, env, platform):
     # Both read their real environment (Python's tempfile does), so each runs with `env` as its own.
-    env = {k: (str(tmp_path) if v == "." else v) for k, v in env.items()}
+    env = {k: tmpdirs.get(v, v) for k, v in env.items()}
     env["HOME"] = str(tmp_path / "home")
-    got = run_node(node, tmp_path, "result.path = guardModule.defaultSocketPath()", env=env)["path"]
-    code = "from breaker.paths import default_socket_path; print(default_socket_path())"
-    want = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env)
+    body = "result.path = guardModule.defaultSocketPath(process.env, argv[0])"
+    got = run_node(node, tmp_path, body, platform, env=env)["path"]
+    code = "import sys; from breaker.paths import default_socket_path; print(default_socket_path(platform=sys.argv[1]))"
+    want = subprocess.run([sys.executable, "-c", code, platform], capture_output=True, text=True, check=True, env=env)
     assert got == want.stdout.strip()
+    fallback = f"/tmp/cbconsole-{os.getuid()}/guard.sock"
+    if env.get("TMPDIR") == tmpdirs["long"] or (env.get("TMPDIR") == tmpdirs["darwin-long"] and platform == "darwin"):
+        assert got == fallback
+    elif env.get("TMPDIR") == tmpdirs["darwin-long"]:
+        assert got == f"{tmpdirs['darwin-long']}/cbconsole-{os.getuid()}/guard.sock"
 
 
 def test_bad_settings_fall_back_to_their_defaults_with_a_warning_naming_the_key(node, tmp_path):
@@ -135,6 +178,77 @@ def test_bad_settings_fall_back_to_their_defaults_with_a_warning_naming_the_key(
     assert [w.split(":")[0] for w in r["warnings"]] == ["failClosed", "guardTimeoutMs", "guardSocket"]
     assert r["good"] == {"enabled": True, "failClosed": True, "timeoutMs": 60000, "socket": "/y.sock"}
     assert r["none"]["socket"] == "/z.sock"
+
+
+# --- a socket that may not be the guard's -----------------------------------------------------------
+
+
+@pytest.mark.parametrize("layout", SQUATS)
+def test_a_squatted_socket_is_never_connected_to_and_the_failure_mode_applies_with_one_line(node, tmp_path, layout):
+    body = """
+    const open = fakeCtx(), closed = fakeCtx()
+    apply(open, { guardSocket: argv[0] })
+    apply(closed, { guardSocket: argv[0], failClosed: true })
+    const a = agent('session-squat')
+    result.open = [await call(open, a, { command: 'ls' }), await call(open, a, { command: 'pwd' })]
+    result.closed = [await call(closed, a, { command: 'ls' }), await call(closed, a, { command: 'pwd' })]
+    result.why = guardModule.checkSocket(argv[0])
+    open.dispose()
+    closed.dispose()
+    """
+    with squatted(tmp_path / "cbconsole-0", layout) as squatter:
+        why = check_socket(squatter.path)
+        r = run_node(node, tmp_path, body, str(squatter.path))
+    assert (squatter.connections, squatter.received) == (0, b"")
+    assert why is not None and r["why"] == why  # the plugin's check says what breaker.paths says
+    for part in expected_refusal(layout, squatter.path):
+        assert part in why, why
+    assert r["open"] == [None, None]
+    assert r["closed"] == [f"Circuit breaker unreachable ({why}); tool calls are denied until it is back."] * 2
+    lines = [line for line in r["logs"] if "guard unreachable" in line]
+    unreachable = f"circuit-breaker: guard unreachable at {squatter.path} ({why})"
+    assert lines == [  # one per connection's outage, naming the path and what is wrong with it
+        f"{unreachable}: allowing tool calls (fail open) until it is back",
+        f"{unreachable}: denying tool calls (fail closed) until it is back",
+    ]
+    assert HOSTILE not in json.dumps(r)
+
+
+def test_a_squatter_taking_the_path_after_the_guard_stopped_is_not_reconnected_to(node, tmp_path, guard):
+    body = """
+    const ctx = fakeCtx()
+    apply(ctx, { guardSocket: argv[0] })
+    const a = agent('session-re')
+    result.first = await call(ctx, a, { command: 'ls' })
+    const { existsSync } = await import('node:fs')
+    while (!existsSync(argv[1])) await sleep(20)           // the test swaps the guard for a squatter
+    result.then = await call(ctx, a, { command: 'pwd' })
+    ctx.dispose()
+    """
+    planted = tmp_path / "planted"
+    outcome: dict[str, Any] = {}
+    thread = threading.Thread(
+        target=lambda: outcome.update(run_node(node, tmp_path, body, str(guard.socket), str(planted)))
+    )
+    thread.start()
+    for _ in range(1000):
+        if "session-re" in views(guard.socket):
+            break
+        threading.Event().wait(0.01)
+    assert "session-re" in views(guard.socket)  # connected to the real guard first
+    guard.stop()
+    guard.socket.unlink(missing_ok=True)
+    os.chmod(guard.socket.parent, 0o770)  # a group member could now put a socket here
+    squatter = Squatter(guard.socket)
+    try:
+        planted.touch()
+        thread.join(60)
+    finally:
+        squatter.close()
+    assert (squatter.connections, squatter.received) == (0, b"")
+    assert outcome["first"] is None and outcome["then"] is None  # allowed by the guard, then fail open
+    (line,) = [line for line in outcome["logs"] if "guard unreachable" in line]
+    assert f"its directory {guard.socket.parent} can be written by other users (mode 0770)" in line
 
 
 # --- against a real guard --------------------------------------------------------------------------
