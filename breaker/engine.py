@@ -2,23 +2,25 @@
 
 from __future__ import annotations
 
-import heapq
 import re
 from collections import OrderedDict, deque
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
 
 from breaker.config import Config
-from breaker.keys import preview, tool_class_name
+from breaker.keys import call_digest, preview, tool_class_name
 
-__all__ = ["AgentView", "Guard", "GuardView", "KeyView", "Verdict"]
+__all__ = ["AgentState", "AgentView", "Guard", "GuardView", "KeyView", "Verdict"]
 
 _SORT = orjson.OPT_SORT_KEYS
+_dumps = orjson.dumps
 _TOOL_CACHE_MAX = 4096  # tool names seen are few; the cap only guards against a flood of junk names
 _REASON_CACHE_MAX = 4096
 _PLACEHOLDER = re.compile(r"\{(tool|count|limit|kind|agent)\}")
+INTERRUPTED_TEXT = "Circuit breaker (interrupted): the operator stopped this agent; do not call any more tools."
 
 # How a tool name is treated under the config in force.
 _JUDGED, _PASS = 0, 1
@@ -79,7 +81,7 @@ _NOT_JUDGED = Verdict(True)
 class _Agent:
     """One agent's state: its window (ring of keys + count per key) and its lifetime tallies."""
 
-    __slots__ = ("calls", "counts", "last_seen", "last_tool", "last_trip", "previews", "ring", "trips")
+    __slots__ = ("calls", "counts", "last_seen", "last_tool", "previews", "ring", "trips")
 
     def __init__(self) -> None:
         self.ring: deque[int | None] = deque()  # None = a call the guard could not judge
@@ -89,7 +91,16 @@ class _Agent:
         self.trips: dict[str, int] = {}  # deny kind -> how many denies
         self.last_tool = ""
         self.last_seen: float | None = None
-        self.last_trip: tuple[str, str, int, int, float | None] | None = None  # kind, tool, count, limit, when
+
+
+class _Interrupt:
+    """An operator's interrupt: kept apart from the agents, so evicting an idle agent never lifts it."""
+
+    __slots__ = ("denies", "reason")
+
+    def __init__(self, reason: str, denies: int = 0) -> None:
+        self.reason = reason
+        self.denies = denies
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,7 +120,6 @@ class AgentView:
     status: str  # "ok", "duplicate", "capped" or "interrupted"
     last_tool: str
     last_seen: float | None
-    last_trip: tuple[str, str, int, int, float | None] | None
     interrupt_reason: str | None
 
 
@@ -125,23 +135,43 @@ class KeyView:
 
 @dataclass(frozen=True, slots=True)
 class GuardView:
-    """A read-only picture of the whole guard."""
+    """A read-only picture of the guard: the agents asked for and the most repeated keys."""
 
     agents: list[AgentView]
     top_keys: list[KeyView]
-    config: Config
-    paused: bool
-    checks: int
-    denies: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class AgentState:
+    """Everything the engine holds for one agent, as plain values: what the state store saves and
+    restores. `ring` holds the window's digests oldest first (None = a call it could not judge)."""
+
+    agent: str
+    calls: int
+    trips: dict[str, int]
+    ring: list[int | None]
+    previews: dict[int, tuple[str, str]]
+    last_tool: str
+    last_seen: float | None
 
 
 class Guard:
-    """The circuit breaker. `check()` decides; nothing here reads a clock or touches a file."""
+    """The circuit breaker. `check()` decides; nothing here reads a clock or touches a file.
 
-    def __init__(self, config: Config | None = None) -> None:
+    `on_remove(agent)` (optional) is told when an agent's state goes away by itself — least
+    recently active past `maxAgents` — or by `end_agent`, so that whoever mirrors the agents
+    (subscribers, the state store) can forget it too.
+    """
+
+    def __init__(self, config: Config | None = None, on_remove: Callable[[str], Any] | None = None) -> None:
         self._agents: OrderedDict[str, _Agent] = OrderedDict()  # least recently active first
-        self._interrupted: OrderedDict[str, list[Any]] = OrderedDict()  # agent -> [reason, denies]
+        self._interrupted: OrderedDict[str, _Interrupt] = OrderedDict()
         self._tools: dict[str, int] = {}
+        # The repeated keys of every agent, by count (>= 2), kept as calls happen: the top keys are
+        # read from the highest buckets down instead of scanning every agent's window.
+        self._buckets: dict[int, dict[tuple[str, int], None]] = {}
+        self._top = 0  # no bucket above this holds anything
+        self.on_remove = on_remove
         self.paused = False
         self.checks = 0
         self.denies: dict[str, int] = {"duplicate": 0, "cap": 0, "interrupted": 0}
@@ -163,7 +193,7 @@ class Guard:
         self._tools.clear()
         self._reasons: dict[tuple[str, str, int, int, str], str] = {}
         while len(self._agents) > config.max_agents:
-            self._agents.popitem(last=False)
+            self._drop(next(iter(self._agents)))
         while len(self._interrupted) > config.max_agents:
             self._interrupted.popitem(last=False)
 
@@ -180,10 +210,14 @@ class Guard:
 
     # -- the decision -------------------------------------------------------------------------
 
-    def check(self, agent: str, tool: str, args: Any, now: float | None = None) -> Verdict:
+    def check(
+        self, agent: str, tool: str, args: Any, now: float | None = None, *, unjudgeable: bool = False
+    ) -> Verdict:
         """Decide one call of `tool` with `args` by `agent`; allowed calls are recorded.
 
         `now` (seconds, any clock) is only stored for displays ("age of the last call").
+        `unjudgeable`: the harness could not serialize the args; the call is judged as args that
+        cannot be keyed (allowed and counted, matching nothing).
         """
         self.checks += 1
         if self._interrupted and agent in self._interrupted:
@@ -202,7 +236,7 @@ class Guard:
         if st is None:
             st = agents[agent] = _Agent()
             if len(agents) > config.max_agents:
-                agents.popitem(last=False)
+                self._drop(next(iter(agents)))
         else:
             agents.move_to_end(agent)
         st.last_tool = tool
@@ -210,22 +244,24 @@ class Guard:
 
         cap = config.max_calls_per_agent
         if cap and st.calls >= cap:
-            return self._deny(st, agent, tool, "cap", st.calls, cap, now)
+            return self._deny(st, agent, tool, "cap", st.calls, cap)
 
         ring = st.ring
         window = config.window
         if len(ring) > window:  # the window was made smaller since this agent's last call
             while len(ring) > window:
-                _evict(st, ring.popleft())
+                self._evict(agent, st, ring.popleft())
 
         ignore = self._ignore
         if ignore and isinstance(args, dict) and not ignore.isdisjoint(args):
-            args = {k: v for k, v in args.items() if k not in ignore}
-        try:
-            key: int | None = hash(orjson.dumps((tool, args), option=_SORT))
-        except Exception:  # unserializable: the guard cannot judge it, so it fails open
+            args = {k: v for k, v in args.items() if k not in ignore}  # previews leave them out too
+        if unjudgeable:
             key = None
-
+        else:
+            try:
+                key = hash(_dumps((tool, args), option=_SORT))  # call_digest's fast path, inlined: the hot path
+            except Exception:
+                key = call_digest(tool, args)
         limit = config.duplicate_limit
         if key is None:
             n = 0
@@ -233,22 +269,58 @@ class Guard:
             counts = st.counts
             n = counts.get(key, 0)
             if n >= limit:
-                verdict = self._deny(st, agent, tool, "duplicate", n, limit, now)
+                verdict = self._deny(st, agent, tool, "duplicate", n, limit)
                 verdict.key = key
                 return verdict
             counts[key] = n + 1
-            if n == 1:
-                st.previews[key] = (tool, preview(tool, args))
+            if n:  # a repeat: it moves up one bucket of the top keys
+                buckets = self._buckets
+                pair = (agent, key)
+                if n == 1:
+                    st.previews[key] = (tool, preview(tool, args))
+                else:
+                    del buckets[n][pair]
+                bucket = buckets.get(n + 1)
+                if bucket is None:
+                    bucket = buckets[n + 1] = {}
+                bucket[pair] = None
+                if n + 1 > self._top:
+                    self._top = n + 1
         ring.append(key)
         st.calls += 1
         if len(ring) > window:
-            _evict(st, ring.popleft())
+            old = ring.popleft()
+            if old is not None:
+                m = st.counts[old]
+                if m == 1:
+                    del st.counts[old]
+                else:
+                    self._evict(agent, st, old)
         return Verdict(True, None, "", n + 1, limit, False, True, key)
 
-    def _deny(self, st: _Agent, agent: str, tool: str, kind: str, count: int, limit: int, now: float | None) -> Verdict:
+    def _evict(self, agent: str, st: _Agent, old: int | None) -> None:
+        """A key leaves the window: one fewer occurrence (and one bucket down in the top keys)."""
+        if old is None:
+            return
+        n = st.counts[old] - 1
+        if not n:
+            del st.counts[old]
+            return
+        st.counts[old] = n
+        pair = (agent, old)
+        buckets = self._buckets
+        del buckets[n + 1][pair]
+        if n == 1:
+            del st.previews[old]
+        else:
+            bucket = buckets.get(n)
+            if bucket is None:
+                bucket = buckets[n] = {}
+            bucket[pair] = None
+
+    def _deny(self, st: _Agent, agent: str, tool: str, kind: str, count: int, limit: int) -> Verdict:
         before = st.trips.get(kind, 0)
         st.trips[kind] = before + 1
-        st.last_trip = (kind, tool, count, limit, now)
         self.denies[kind] += 1
         cache_key = (kind, tool, count, limit, agent)
         reason = self._reasons.get(cache_key)
@@ -261,8 +333,8 @@ class Guard:
     def _deny_interrupted(self, agent: str, tool: str, now: float | None) -> Verdict:
         entry = self._interrupted[agent]
         self._interrupted.move_to_end(agent)
-        first = entry[1] == 0
-        entry[1] += 1
+        first = entry.denies == 0
+        entry.denies += 1
         self.denies["interrupted"] += 1
         st = self._agents.get(agent)
         calls = 0
@@ -271,11 +343,8 @@ class Guard:
             st.trips["interrupted"] = st.trips.get("interrupted", 0) + 1
             st.last_tool = tool
             st.last_seen = now
-            st.last_trip = ("interrupted", tool, st.calls, 0, now)
             calls = st.calls
-        text = "Circuit breaker (interrupted): the operator stopped this agent; do not call any more tools."
-        if entry[0]:
-            text += f" Reason: {entry[0]}"
+        text = INTERRUPTED_TEXT + (f" Reason: {entry.reason}" if entry.reason else "")
         return Verdict(False, "interrupted", text, calls, 0, first, False)
 
     @staticmethod
@@ -287,11 +356,12 @@ class Guard:
     # -- operator actions ---------------------------------------------------------------------
 
     def interrupt(self, agent: str, reason: str = "") -> None:
-        """Deny every later call of `agent` (kind "interrupted") until `uninterrupt` or `end_agent`."""
-        if agent in self._interrupted:
-            self._interrupted[agent][0] = reason
+        """Deny every later call of `agent` (kind "interrupted") until `uninterrupt`."""
+        entry = self._interrupted.get(agent)
+        if entry is not None:
+            entry.reason = reason
             return
-        self._interrupted[agent] = [reason, 0]
+        self._interrupted[agent] = _Interrupt(reason)
         while len(self._interrupted) > self._config.max_agents:
             self._interrupted.popitem(last=False)
 
@@ -304,15 +374,20 @@ class Guard:
 
     def reset(self, agent: str) -> bool:
         """Clear an agent's window, call count and trips (not an interrupt); True if it was tracked."""
-        if agent not in self._agents:
+        st = self._agents.get(agent)
+        if st is None:
             return False
+        self._unbucket(agent, st)
         self._agents[agent] = _Agent()
         return True
 
     def end_agent(self, agent: str) -> bool:
-        """The agent is gone: free its state and any interrupt. True if anything was held."""
-        held = self._agents.pop(agent, None) is not None
-        return (self._interrupted.pop(agent, None) is not None) or held
+        """The harness says the agent is gone: free its state. An operator interrupt outlives it
+        (only `uninterrupt` lifts one). True if the agent was tracked."""
+        if agent not in self._agents:
+            return False
+        self._drop(agent)
+        return True
 
     def pause(self) -> None:
         """Allow every call without recording it (interrupts still apply)."""
@@ -320,6 +395,61 @@ class Guard:
 
     def resume(self) -> None:
         self.paused = False
+
+    def _drop(self, agent: str) -> None:
+        st = self._agents.pop(agent)
+        self._unbucket(agent, st)
+        if self.on_remove is not None:
+            self.on_remove(agent)
+
+    def _unbucket(self, agent: str, st: _Agent) -> None:
+        buckets = self._buckets
+        for key in st.previews:
+            del buckets[st.counts[key]][(agent, key)]
+
+    # -- state in and out (the state store) ----------------------------------------------------
+
+    def export_agent(self, agent: str) -> AgentState | None:
+        """A copy of one agent's state (None if it is not tracked)."""
+        st = self._agents.get(agent)
+        if st is None:
+            return None
+        return AgentState(agent, st.calls, dict(st.trips), list(st.ring), dict(st.previews), st.last_tool, st.last_seen)
+
+    def restore_agent(self, state: AgentState, *, windows: bool = True) -> None:
+        """Put an agent back as exported, as the most recently active. `windows=False` keeps its
+        tallies but not its window (digests from another process's hash key match nothing)."""
+        if state.agent in self._agents:
+            self._drop(state.agent)
+        st = _Agent()
+        st.calls = state.calls
+        st.trips = dict(state.trips)
+        st.last_tool = state.last_tool
+        st.last_seen = state.last_seen
+        if windows:
+            st.ring = deque(state.ring)
+            counts = st.counts
+            for key in state.ring:
+                if key is not None:
+                    counts[key] = counts.get(key, 0) + 1
+            for key, n in counts.items():
+                if n >= 2:
+                    st.previews[key] = state.previews.get(key, ("", ""))
+                    self._buckets.setdefault(n, {})[(state.agent, key)] = None
+                    self._top = max(self._top, n)
+        self._agents[state.agent] = st
+        while len(self._agents) > self._config.max_agents:
+            self._drop(next(iter(self._agents)))
+
+    def interrupts(self) -> list[tuple[str, str, int]]:
+        """Every operator interrupt: (agent, reason, denies so far), oldest first."""
+        return [(agent, e.reason, e.denies) for agent, e in self._interrupted.items()]
+
+    def restore_interrupt(self, agent: str, reason: str, denies: int) -> None:
+        self._interrupted[agent] = _Interrupt(reason, denies)
+        self._interrupted.move_to_end(agent)
+        while len(self._interrupted) > self._config.max_agents:
+            self._interrupted.popitem(last=False)
 
     # -- read-only views ----------------------------------------------------------------------
 
@@ -333,13 +463,16 @@ class Guard:
         """Tracked agent ids, least recently active first."""
         return list(self._agents)
 
+    def known(self, agent: str) -> bool:
+        """Tracked, or under an interrupt (both are shown to an operator)."""
+        return agent in self._agents or agent in self._interrupted
+
     def agent_view(self, agent: str) -> AgentView | None:
         st = self._agents.get(agent)
         if st is None:
-            if agent in self._interrupted:
-                st = _Agent()
-            else:
+            if agent not in self._interrupted:
                 return None
+            st = _Agent()
         return self._view(agent, st)
 
     def _view(self, agent: str, st: _Agent) -> AgentView:
@@ -375,46 +508,44 @@ class Guard:
             status=status,
             last_tool=st.last_tool,
             last_seen=st.last_seen,
-            last_trip=st.last_trip,
-            interrupt_reason=interrupt[0] if interrupt is not None else None,
+            interrupt_reason=interrupt.reason if interrupt is not None else None,
         )
 
     def interrupted_agents(self) -> list[str]:
-        """Agents under an operator interrupt (tracked or not)."""
+        """Agents under an operator interrupt (tracked or not), least recently active first."""
         return list(self._interrupted)
 
     def top_keys(self, top: int = 10) -> list[KeyView]:
-        """The `top` most repeated keys across all agents' windows (keys seen at least twice)."""
-        candidates = (
-            (st.counts[key], agent, tool, text)
-            for agent, st in self._agents.items()
-            for key, (tool, text) in st.previews.items()
-        )
-        best = heapq.nlargest(top, candidates, key=lambda c: c[0])
-        return [KeyView(agent=a, tool=t, preview=p, count=n) for n, a, t, p in best]
+        """The `top` most repeated keys across all agents' windows (keys seen at least twice).
 
-    def snapshot(self, top: int = 10) -> GuardView:
-        """Every tracked agent (most recently active first) and the `top` most repeated keys."""
-        views = [self._view(agent, st) for agent, st in reversed(self._agents.items())]
-        seen = set(self._agents)
-        views.extend(self._view(a, _Agent()) for a in reversed(self._interrupted) if a not in seen)
-        return GuardView(
-            agents=views,
-            top_keys=self.top_keys(top),
-            config=self._config,
-            paused=self.paused,
-            checks=self.checks,
-            denies=dict(self.denies),
-        )
+        Read from the count buckets kept as calls happen: the cost is the number of keys returned
+        plus the empty buckets skipped, never the number of agents."""
+        out: list[KeyView] = []
+        buckets = self._buckets
+        n = self._top
+        while n >= 2 and len(out) < top:
+            bucket = buckets.get(n)
+            if not bucket:
+                if n == self._top:
+                    buckets.pop(n, None)
+                    self._top = n - 1  # nothing this high any more
+                n -= 1
+                continue
+            for agent, key in bucket:
+                tool, text = self._agents[agent].previews[key]
+                out.append(KeyView(agent, tool, text, n))
+                if len(out) >= top:
+                    break
+            n -= 1
+        return out
 
-
-def _evict(st: _Agent, old: int | None) -> None:
-    if old is None:
-        return
-    n = st.counts[old] - 1
-    if n:
-        st.counts[old] = n
-        if n == 1:
-            del st.previews[old]
-    else:
-        del st.counts[old]
+    def snapshot(self, top: int = 10, agents: Iterable[str] | None = None) -> GuardView:
+        """Views of `agents` (default: every tracked or interrupted agent, most recently active
+        first) and the `top` most repeated keys."""
+        if agents is None:
+            seen = set(self._agents)
+            ids = [*reversed(self._agents), *(a for a in reversed(self._interrupted) if a not in seen)]
+        else:
+            ids = list(agents)
+        views = [v for v in map(self.agent_view, ids) if v is not None]
+        return GuardView(agents=views, top_keys=self.top_keys(top))

@@ -6,9 +6,11 @@ from typing import Any
 
 import orjson
 
-__all__ = ["call_key", "canonical", "preview", "strip_ignored", "tool_class_name"]
+__all__ = ["call_digest", "call_key", "canonical", "preview", "strip_ignored", "tool_class_name"]
 
 _SORT = orjson.OPT_SORT_KEYS
+_dumps = orjson.dumps
+_EncodeError = orjson.JSONEncodeError
 
 
 def strip_ignored(args: Any, ignore: frozenset[str]) -> Any:
@@ -23,17 +25,77 @@ def canonical(tool: str, args: Any) -> bytes:
     return orjson.dumps((tool, args), option=_SORT)
 
 
-def call_key(tool: str, args: Any, ignore: frozenset[str] = frozenset()) -> int | None:
+def call_digest(tool: str, args: Any, ignore: frozenset[str] = frozenset()) -> int | None:
     """The digest the window remembers for a call, or None when the args cannot be serialized.
 
     The digest is the interpreter's keyed 64-bit SipHash of the canonical bytes: a fixed size
-    whatever the args weigh, keyed per process (so it cannot be aimed at from outside), and a
-    false match between two different calls in one 200-call window is about 1 in 10^15.
+    whatever the args weigh, keyed by the process's hash seed (which `cbconsole --headless` keeps
+    in its state file, so a restarted guard computes the same digests), and a false match between
+    two different calls in one 200-call window is about 1 in 10^15.
     """
+    if ignore and isinstance(args, dict) and not ignore.isdisjoint(args):
+        args = {k: v for k, v in args.items() if k not in ignore}
     try:
-        return hash(orjson.dumps((tool, strip_ignored(args, ignore)), option=_SORT))
-    except Exception:  # orjson raises TypeError subclasses; anything it cannot judge fails open
+        return hash(_dumps((tool, args), option=_SORT))
+    except _EncodeError as exc:
+        if "Recursion" not in str(exc):
+            return None  # bytes, sets, integers beyond 64 bits: the guard cannot judge them, it fails open
+        deep = _deep_canonical((tool, args))  # nested past orjson's 254 levels: still the same call
+        return None if deep is None else hash(deep)
+    except Exception:  # anything else orjson cannot judge fails open too
         return None
+
+
+call_key = call_digest  # the name replay and older callers use
+
+
+_MAX_INT = 2**64
+_MAX_DEPTH = 4096  # deeper than any frame the guard accepts (1,024); a circular structure stops here
+
+
+def _deep_canonical(value: Any) -> bytes | None:
+    """Canonical JSON for values nested too deep for orjson, without recursion (object keys sorted,
+    compact). None if it holds something JSON cannot carry, or is circular. Only self-consistency
+    matters: a given structure always takes this path or always the other, so its digest is stable."""
+    out: list[str] = []
+    stack: list[tuple[bool, Any, int]] = [(False, value, 0)]  # (is literal text, item, depth)
+    while stack:
+        literal, item, depth = stack.pop()
+        if literal:
+            out.append(item)
+        elif isinstance(item, str):
+            out.append(orjson.dumps(item).decode())
+        elif item is None or isinstance(item, bool):
+            out.append("null" if item is None else "true" if item else "false")
+        elif isinstance(item, int):
+            if not -_MAX_INT < item < _MAX_INT:
+                return None
+            out.append(str(item))
+        elif isinstance(item, float):
+            out.append(repr(item) if item == item and item not in (float("inf"), float("-inf")) else "null")
+        elif depth >= _MAX_DEPTH:
+            return None
+        elif isinstance(item, (list, tuple)):
+            out.append("[")
+            stack.append((True, "]", 0))
+            for i, element in enumerate(reversed(item)):
+                stack.append((False, element, depth + 1))
+                if i < len(item) - 1:
+                    stack.append((True, ",", 0))
+        elif isinstance(item, dict):
+            if not all(isinstance(k, str) for k in item):
+                return None
+            out.append("{")
+            stack.append((True, "}", 0))
+            keys = sorted(item, reverse=True)
+            for i, k in enumerate(keys):
+                stack.append((False, item[k], depth + 1))
+                stack.append((True, orjson.dumps(k).decode() + ":", 0))
+                if i < len(keys) - 1:
+                    stack.append((True, ",", 0))
+        else:
+            return None
+    return "".join(out).encode()
 
 
 def tool_class_name(tool: str) -> str:

@@ -156,6 +156,15 @@ def _has_huge_int(value: Any) -> bool:
     return False
 
 
+def _repeats(state: Any) -> list[int]:
+    """How often each key repeats (twice or more) in an exported window."""
+    counts: dict[int, int] = {}
+    for key in state.ring:
+        if key is not None:
+            counts[key] = counts.get(key, 0) + 1
+    return [n for n in counts.values() if n >= 2]
+
+
 class EngineMatchesModel(RuleBasedStateMachine):
     @initialize(config=configs)
     def start(self, config: Config) -> None:
@@ -212,8 +221,7 @@ class EngineMatchesModel(RuleBasedStateMachine):
 
     @rule(agent=st.sampled_from(AGENTS))
     def end_agent(self, agent: str) -> None:
-        held = self.model.agents.pop(agent, None) is not None
-        held = (self.model.interrupted.pop(agent, None) is not None) or held
+        held = self.model.agents.pop(agent, None) is not None  # an interrupt outlives the agent's end
         assert self.guard.end_agent(agent) == held
 
     @rule(paused=st.booleans())
@@ -233,6 +241,25 @@ class EngineMatchesModel(RuleBasedStateMachine):
             assert view.calls == state["calls"]
             # the engine trims a shrunk window lazily, on the agent's next judged call
             assert min(view.window_fill, window) == len(state["history"][-window:])
+
+    @invariant()
+    def top_keys_are_the_most_repeated_keys_in_the_windows(self) -> None:
+        """The engine keeps its top keys incrementally; the model counts every window from scratch."""
+        if not hasattr(self, "guard"):
+            return
+        expected = sorted(
+            (
+                n
+                for agent in self.model.agents
+                for n in _repeats(self.guard.export_agent(agent))  # as remembered, before any lazy trim
+            ),
+            reverse=True,
+        )
+        got = self.guard.top_keys(top=1000)
+        assert [k.count for k in got] == expected
+        for k in got:
+            state = self.guard.export_agent(k.agent)
+            assert state is not None and k.tool
 
 
 EngineMatchesModel.TestCase.settings = settings(
