@@ -1,8 +1,15 @@
 """The client library: ask the guard over its socket (sync or asyncio), with a stated failure mode.
 
+Both clients are thin: the protocol (framing, matching replies to requests, the pipelined hello) is
+`breaker.protocol.ClientSession`; here is only the socket. Before sending anything they check the
+socket as ssh-agent does (`breaker.paths.check_socket`: its directory and the socket are ours, no one
+else can write there; then the listener's uid from the kernel): a socket that fails the check is
+never spoken to, and counts as "guard unavailable".
+
 Fail open by default: when the guard cannot be asked within the timeout, the call is allowed
 (`Decision.fallback` is True), the miss is counted and logged once per outage. `fail_closed=True`
-denies instead, with kind "unavailable". Both reconnect by themselves when the guard comes back.
+denies instead, with kind "unavailable". When the guard answers with an error (it could not judge
+the call), the same failure mode applies, logged as what it is. Both reconnect by themselves.
 """
 
 from __future__ import annotations
@@ -16,16 +23,31 @@ import socket
 import threading
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import orjson
 
-from breaker.paths import default_socket_path
-from breaker.protocol import PROTOCOL_VERSION
+from breaker.paths import check_peer, check_socket, default_operator_socket_path, default_socket_path
+from breaker.protocol import (
+    ClientSession,
+    Decision,
+    ErrorReply,
+    Event,
+    Hello,
+    InterruptEvent,
+    ProtocolError,
+    StateFrame,
+)
 
-__all__ = ["AsyncGuardClient", "Decision", "GuardClient", "GuardError", "GuardUnavailable"]
+__all__ = [
+    "AsyncGuardClient",
+    "Decision",
+    "GuardClient",
+    "GuardError",
+    "GuardUnavailable",
+    "operator_client",
+]
 
 log = logging.getLogger("cbconsole.client")
 
@@ -34,7 +56,7 @@ RETRY_AFTER_TIMEOUT = 1.0  # after a timeout (a hung guard), skip asking for thi
 
 
 class GuardUnavailable(ConnectionError):
-    """The guard could not be asked (no socket, refused, timed out, closed mid-request)."""
+    """The guard could not be asked (no socket, an untrusted socket, refused, timed out, closed)."""
 
 
 class GuardError(RuntimeError):
@@ -47,77 +69,30 @@ class GuardError(RuntimeError):
         self.reply = reply or {}
 
 
-@dataclass(frozen=True, slots=True)
-class Decision:
-    """The guard's answer for one tool call (or the failure mode's, when `fallback` is True)."""
-
-    allowed: bool
-    kind: str | None = None
-    reason: str = ""
-    count: int = 0
-    limit: int = 0
-    fallback: bool = False
-
-    @classmethod
-    def from_reply(cls, reply: dict[str, Any]) -> Decision:
-        if reply.get("decision") == "allow":
-            return _ALLOW
-        if reply.get("decision") == "deny":
-            return cls(
-                False, reply.get("kind"), reply.get("reason") or "", reply.get("count") or 0, reply.get("limit") or 0
-            )
-        error = reply.get("error") or {}
-        raise GuardError(error.get("code", "bad_reply"), error.get("message", f"unexpected reply {reply!r}"), reply)
-
-
-_ALLOW = Decision(True)
-
-
-def _frame(op: str, rid: int, fields: dict[str, Any]) -> bytes:
-    """Encode a request. Check args that JSON cannot carry are sent as unjudgeable (the engine allows
-    and counts them, matching nothing), never dropped and never a client-side error."""
+def _check_frame(rid: int, fields: dict[str, Any]) -> dict[str, Any]:
+    """A check request. Args JSON cannot carry are sent as unjudgeable (the engine allows and counts
+    them, matching nothing), never dropped and never a client-side error."""
+    frame = {"op": "check", "id": rid, **fields}
     try:
-        return orjson.dumps({"op": op, "id": rid, **fields}) + b"\n"
-    except TypeError as exc:
-        if op != "check" or "args" not in fields:
-            raise GuardError("bad_request", f"cannot serialize the request: {exc}") from None
-        try:
-            return orjson.dumps({"op": op, "id": rid, **fields, "args": None, "args_unserializable": True}) + b"\n"
-        except TypeError as exc2:
-            raise GuardError("bad_request", f"cannot serialize the request: {exc2}") from None
+        orjson.dumps(frame.get("args"))
+    except TypeError:
+        frame.update(args=None, args_unserializable=True)
+    return frame
 
 
-def _hello_frame(rid: int, harness: str, version: str, capabilities: list[str], role: str) -> bytes:
-    hello = {
-        "op": "hello",
-        "id": rid,
-        "harness": harness,
-        "version": version,
-        "pid": os.getpid(),
-        "capabilities": capabilities,
-        "role": role,
-        "protocol": PROTOCOL_VERSION,
-    }
-    return orjson.dumps(hello) + b"\n"
-
-
-def _raise_for_error(reply: dict[str, Any]) -> dict[str, Any]:
+def _reply(msg: dict[str, Any]) -> dict[str, Any]:
     """The reply, or GuardError if the guard answered with an error."""
-    if "error" in reply:
-        error = reply["error"] if isinstance(reply["error"], dict) else {}
-        raise GuardError(error.get("code", "error"), error.get("message", ""), reply)
-    return reply
+    error = ErrorReply.from_json(msg)
+    if error is not None:
+        raise GuardError(error.code, error.message, msg)
+    return msg
 
 
-def _unavailable_decision(fail_closed: bool, why: str) -> Decision:
-    if fail_closed:
-        return Decision(
-            False,
-            "unavailable",
-            f"Circuit breaker unreachable ({why}); tool calls are denied until it is back.",
-            fallback=True,
-        )
-    return Decision(True, None, "", fallback=True)
+def _decision(msg: dict[str, Any]) -> Decision:
+    decision = Decision.from_json(_reply(msg))
+    if decision is None:
+        raise GuardError("bad_reply", f"unexpected reply {msg!r:.200}", msg)
+    return decision
 
 
 class _Health:
@@ -126,16 +101,28 @@ class _Health:
     def __init__(self, path: Path, fail_closed: bool) -> None:
         self.path = path
         self.fail_closed = fail_closed
+        self.last_error = ""
         self.misses = 0
         self.down_since: float | None = None
         self.retry_at = 0.0
 
-    def miss(self, why: str) -> None:
+    def decide(self, exc: GuardUnavailable | GuardError) -> Decision:
+        """The failure mode's decision for a call the guard did not judge; one log line per outage."""
         self.misses += 1
-        if self.down_since is None:
-            self.down_since = time.monotonic()
-            mode = "denying tool calls (fail closed)" if self.fail_closed else "allowing tool calls (fail open)"
-            log.warning("circuit breaker unreachable at %s (%s): %s until it is back", self.path, why, mode)
+        mode = "denying tool calls (fail closed)" if self.fail_closed else "allowing tool calls (fail open)"
+        if isinstance(exc, GuardError):
+            if str(exc) != self.last_error:  # a harness sending a bad frame would say so on every call
+                self.last_error = str(exc)
+                log.warning("the guard at %s answered an error, not a decision (%s): %s", self.path, exc, mode)
+            text = f"Circuit breaker could not judge this call (the guard answered {exc}); it is denied."
+        else:
+            if self.down_since is None:
+                self.down_since = time.monotonic()
+                log.warning("circuit breaker unreachable at %s (%s): %s until it is back", self.path, exc, mode)
+            text = f"Circuit breaker unreachable ({exc}); tool calls are denied until it is back."
+        if self.fail_closed:
+            return Decision(False, "unavailable", text, fallback=True)
+        return Decision(True, fallback=True)
 
     def ok(self) -> None:
         if self.down_since is not None:
@@ -146,6 +133,32 @@ class _Health:
                 self.misses,
             )
             self.down_since = None
+
+
+def _connect_checked(path: Path, timeout: float) -> socket.socket:
+    """A connected socket to `path`, after checking who owns it (and, after connecting, who listens)."""
+    why = check_socket(path)
+    if why is not None:
+        raise GuardUnavailable(why)
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.settimeout(timeout)
+    deadline = time.monotonic() + timeout
+    try:
+        while True:
+            try:
+                sock.connect(str(path))
+                break
+            except BlockingIOError:  # the listen backlog is full for a moment (a burst of hooks)
+                if time.monotonic() >= deadline:
+                    raise TimeoutError from None
+                time.sleep(0.001)
+        why = check_peer(sock, path)
+        if why is not None:
+            raise GuardUnavailable(why)
+    except BaseException:
+        sock.close()
+        raise
+    return sock
 
 
 class GuardClient:
@@ -163,7 +176,7 @@ class GuardClient:
         fail_closed: bool = False,
         harness: str = "python",
         version: str = "",
-        capabilities: tuple[str, ...] = ("interrupt",),
+        role: str = "harness",
         on_interrupt: Callable[[str, str], Any] | None = None,
         hello: bool = True,
     ) -> None:
@@ -172,31 +185,35 @@ class GuardClient:
         self.fail_closed = fail_closed
         self.harness = harness
         self.version = version
-        self.capabilities = list(capabilities)
+        self.role = role
         self.on_interrupt = on_interrupt
         self.send_hello = hello
-        self.server_info: dict[str, Any] = {}
         self._health = _Health(self.path, fail_closed)
         self._sock: socket.socket | None = None
-        self._buf = bytearray()
-        self._ids = itertools.count(1)
-        self._hello_id: int | None = None
+        self._ids = itertools.count(1)  # shared by every connection's session: an id is never reused
+        self._session = ClientSession(ids=self._ids)
         self._lock = threading.Lock()
 
     @property
     def misses(self) -> int:
-        """Calls that could not be checked (the failure mode decided them)."""
+        """Calls the guard did not judge (the failure mode decided them)."""
         return self._health.misses
+
+    @property
+    def server_info(self) -> dict[str, Any]:
+        """The guard's answer to the handshake (empty until the first reply came)."""
+        return self._session.server_info
 
     # -- public API -----------------------------------------------------------------------------
 
     def check(self, agent: str, tool: str, args: Any, **extra: Any) -> Decision:
         """Ask before a tool call. Never raises for an unreachable guard: the failure mode answers."""
         try:
-            return Decision.from_reply(self.request("check", agent=agent, tool=tool, args=args, **extra))
+            with self._lock:
+                reply = self._ask(lambda rid: _check_frame(rid, {"agent": agent, "tool": tool, "args": args, **extra}))
+            return _decision(reply)
         except (GuardUnavailable, GuardError) as exc:
-            self._health.miss(str(exc))
-            return _unavailable_decision(self.fail_closed, str(exc))
+            return self._health.decide(exc)
 
     def agent_end(self, agent: str) -> bool:
         """Tell the guard an agent is gone (frees its state). False if the guard could not be told."""
@@ -209,39 +226,21 @@ class GuardClient:
     def request(self, op: str, **fields: Any) -> dict[str, Any]:
         """Send one request and return its reply. Raises GuardUnavailable or GuardError."""
         with self._lock:
-            if time.monotonic() < self._health.retry_at:
-                raise GuardUnavailable("the guard timed out recently; not asking again yet")
-            rid = next(self._ids)
-            frame = _frame(op, rid, fields)
-            try:
-                sock = self._connect()
-                sock.sendall(frame)
-                reply = self._read_reply(sock, rid)
-            except TimeoutError:
-                self._drop()
-                self._health.retry_at = time.monotonic() + RETRY_AFTER_TIMEOUT
-                raise GuardUnavailable(f"no answer within {self.timeout:g} s") from None
-            except OSError as exc:
-                self._drop()
-                raise GuardUnavailable(exc.strerror or str(exc)) from None
-            self._health.ok()
-        return _raise_for_error(reply)
+            return _reply(self._ask(lambda rid: {"op": op, "id": rid, **fields}))
 
     def poll_events(self) -> int:
         """Read pushed events (interrupts) without blocking; returns how many were handled."""
         with self._lock:
-            if self._sock is None:
+            sock = self._sock
+            if sock is None:
                 return 0
-            handled = 0
+            data = b""
             try:
-                self._sock.setblocking(False)
+                sock.setblocking(False)
                 try:
-                    while True:
-                        data = self._sock.recv(65536)
-                        if not data:
-                            self._drop()
-                            break
-                        self._buf += data
+                    while chunk := sock.recv(65536):
+                        data += chunk
+                    self._drop()  # an empty read: the guard closed
                 except (BlockingIOError, InterruptedError):
                     pass
                 finally:
@@ -249,15 +248,12 @@ class GuardClient:
                         self._sock.settimeout(self.timeout)
             except OSError:
                 self._drop()
-            while self._sock is not None or self._buf:
-                frame = self._next_frame()
-                if frame is None:
-                    break
-                msg = orjson.loads(frame)
-                if isinstance(msg, dict) and "event" in msg:
-                    self._event(msg)
-                    handled += 1
-            return handled
+            try:
+                items = self._session.receive(data)
+            except ProtocolError:
+                self._drop()
+                return 0
+            return sum(self._event(item) for item in items if not isinstance(item, tuple))
 
     def close(self) -> None:
         with self._lock:
@@ -271,64 +267,45 @@ class GuardClient:
 
     # -- internals ------------------------------------------------------------------------------
 
+    def _ask(self, build: Callable[[int], dict[str, Any]]) -> dict[str, Any]:
+        if time.monotonic() < self._health.retry_at:
+            raise GuardUnavailable("the guard timed out recently; not asking again yet")
+        deadline = time.monotonic() + self.timeout
+        try:
+            sock = self._connect()
+            rid = self._session.next_id()
+            sock.sendall(self._session.send(build(rid)))
+            reply = self._read(sock, rid, deadline)
+        except TimeoutError:
+            self._drop()
+            self._health.retry_at = time.monotonic() + RETRY_AFTER_TIMEOUT
+            raise GuardUnavailable(f"no answer within {self.timeout:g} s") from None
+        except GuardUnavailable:
+            self._drop()
+            raise
+        except (OSError, ProtocolError) as exc:
+            self._drop()
+            raise GuardUnavailable(getattr(exc, "strerror", None) or str(exc)) from None
+        self._health.ok()
+        return reply
+
     def _connect(self) -> socket.socket:
         if self._sock is not None:
             return self._sock
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        sock.settimeout(self.timeout)
-        deadline = time.monotonic() + self.timeout
-        try:
-            while True:
-                try:
-                    sock.connect(str(self.path))
-                    break
-                except BlockingIOError:  # the listen backlog is full for a moment (a burst of hooks)
-                    if time.monotonic() >= deadline:
-                        raise TimeoutError from None
-                    time.sleep(0.001)
-        except BaseException:
-            sock.close()
-            raise
-        self._sock = sock
-        self._buf.clear()
-        if self.send_hello:
-            # Pipelined with the first request: the handshake costs no round trip.
-            self._hello_id = next(self._ids)
-            sock.sendall(_hello_frame(self._hello_id, self.harness, self.version, self.capabilities, "harness"))
-        return sock
+        self._sock = _connect_checked(self.path, self.timeout)
+        hello = Hello(0, self.harness, self.version, os.getpid(), self.role) if self.send_hello else None
+        self._session = ClientSession(hello, ids=self._ids)
+        return self._sock
 
     def _drop(self) -> None:
         if self._sock is not None:
             with contextlib.suppress(OSError):
                 self._sock.close()
         self._sock = None
-        self._buf.clear()
 
-    def _next_frame(self) -> bytes | None:
-        nl = self._buf.find(b"\n")
-        if nl < 0:
-            return None
-        frame = bytes(self._buf[:nl])
-        del self._buf[: nl + 1]
-        return frame
-
-    def _read_reply(self, sock: socket.socket, rid: int) -> dict[str, Any]:
-        deadline = time.monotonic() + self.timeout
+    def _read(self, sock: socket.socket, rid: int, deadline: float) -> dict[str, Any]:
+        """Read until the reply to `rid`; events on the way are handled."""
         while True:
-            frame = self._next_frame()
-            while frame is not None:
-                msg = orjson.loads(frame)
-                if isinstance(msg, dict):
-                    if "event" in msg:
-                        self._event(msg)
-                    elif msg.get("id") == rid:
-                        return msg
-                    elif msg.get("id") == self._hello_id and self._hello_id is not None:
-                        self.server_info = msg
-                        self._hello_id = None
-                    elif msg.get("id") is None and "error" in msg:
-                        return msg  # a connection-level error (e.g. forbidden) answers this request
-                frame = self._next_frame()
             left = deadline - time.monotonic()
             if left <= 0:
                 raise TimeoutError
@@ -336,20 +313,30 @@ class GuardClient:
             data = sock.recv(65536)
             if not data:
                 raise ConnectionResetError(0, "the guard closed the connection")
-            self._buf += data
+            found = None
+            for item in self._session.receive(data):
+                if isinstance(item, tuple):
+                    if item[0] == rid:
+                        found = item[1]
+                else:
+                    self._event(item)
+            if found is not None:
+                return found
 
-    def _event(self, msg: dict[str, Any]) -> None:
-        if msg.get("event") == "interrupt" and self.on_interrupt is not None:
+    def _event(self, event: Event) -> int:
+        if isinstance(event, InterruptEvent) and self.on_interrupt is not None:
             try:
-                self.on_interrupt(str(msg.get("agent", "")), str(msg.get("reason", "")))
+                self.on_interrupt(event.agent, event.reason)
             except Exception:
                 log.exception("on_interrupt callback failed")
+        return 1
 
 
 class AsyncGuardClient:
     """asyncio client: concurrent requests on one connection, pushed events delivered as they arrive.
 
-    `on_interrupt(agent, reason)` and `on_event(msg)` may be plain functions or coroutines.
+    `on_interrupt(agent, reason)` and `on_event(event)` (an InterruptEvent or a StateFrame) may be
+    plain functions or coroutines.
     """
 
     def __init__(
@@ -361,9 +348,8 @@ class AsyncGuardClient:
         harness: str = "python",
         version: str = "",
         role: str = "harness",
-        capabilities: tuple[str, ...] = ("interrupt",),
         on_interrupt: Callable[[str, str], Any] | None = None,
-        on_event: Callable[[dict[str, Any]], Any] | None = None,
+        on_event: Callable[[InterruptEvent | StateFrame], Any] | None = None,
         max_frame: int = 64 * 1024 * 1024,
     ) -> None:
         self.path = Path(socket_path) if socket_path is not None else default_socket_path()
@@ -372,18 +358,16 @@ class AsyncGuardClient:
         self.harness = harness
         self.version = version
         self.role = role
-        self.capabilities = list(capabilities)
         self.on_interrupt = on_interrupt
         self.on_event = on_event
         self.max_frame = max_frame
-        self.server_info: dict[str, Any] = {}
         self._health = _Health(self.path, fail_closed)
-        self._ids = itertools.count(1)
+        self._ids = itertools.count(1)  # shared by every connection's session: an id is never reused
+        self._session = ClientSession(ids=self._ids)
         self._pending: dict[int, asyncio.Future[dict[str, Any]]] = {}
         self._writer: asyncio.StreamWriter | None = None
         self._reader_task: asyncio.Task[None] | None = None
         self._connecting: asyncio.Lock | None = None
-        self._closed = False
 
     @property
     def misses(self) -> int:
@@ -393,12 +377,16 @@ class AsyncGuardClient:
     def connected(self) -> bool:
         return self._writer is not None
 
+    @property
+    def server_info(self) -> dict[str, Any]:
+        return self._session.server_info
+
     async def check(self, agent: str, tool: str, args: Any, **extra: Any) -> Decision:
         try:
-            return Decision.from_reply(await self.request("check", agent=agent, tool=tool, args=args, **extra))
+            frame = _check_frame(next(self._ids), {"agent": agent, "tool": tool, "args": args, **extra})
+            return _decision(await self._ask(frame, self.timeout))
         except (GuardUnavailable, GuardError) as exc:
-            self._health.miss(str(exc))
-            return _unavailable_decision(self.fail_closed, str(exc))
+            return self._health.decide(exc)
 
     async def agent_end(self, agent: str) -> bool:
         try:
@@ -409,29 +397,33 @@ class AsyncGuardClient:
 
     async def request(self, op: str, *, timeout: float | None = None, **fields: Any) -> dict[str, Any]:
         """One request/reply. Raises GuardUnavailable or GuardError."""
+        frame = {"op": op, "id": next(self._ids), **fields}
+        return _reply(await self._ask(frame, self.timeout if timeout is None else timeout))
+
+    async def _ask(self, frame: dict[str, Any], limit: float) -> dict[str, Any]:
         if time.monotonic() < self._health.retry_at:
             raise GuardUnavailable("the guard timed out recently; not asking again yet")
-        rid = next(self._ids)
-        frame = _frame(op, rid, fields)
-        limit = self.timeout if timeout is None else timeout
+        rid = frame["id"]
         future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
         self._pending[rid] = future
         try:
             async with asyncio.timeout(limit):
                 writer = await self._connect()
-                writer.write(frame)
+                writer.write(self._session.send(frame))
                 reply = await future
         except TimeoutError:
             self._health.retry_at = time.monotonic() + RETRY_AFTER_TIMEOUT
             await self._drop()
             raise GuardUnavailable(f"no answer within {limit:g} s") from None
+        except GuardUnavailable:
+            raise
         except OSError as exc:
             await self._drop()
             raise GuardUnavailable(exc.strerror or str(exc)) from None
         finally:
             self._pending.pop(rid, None)
         self._health.ok()
-        return _raise_for_error(reply)
+        return reply
 
     async def connect(self) -> None:
         """Connect now (requests connect lazily); raises GuardUnavailable."""
@@ -449,41 +441,32 @@ class AsyncGuardClient:
         async with self._connecting:
             if self._writer is not None:
                 return self._writer
+            why = check_socket(self.path)
+            if why is not None:
+                raise GuardUnavailable(why)
             reader, writer = await asyncio.open_unix_connection(str(self.path), limit=self.max_frame)
-            hello_id = next(self._ids)
-            writer.write(_hello_frame(hello_id, self.harness, self.version, self.capabilities, self.role))
-            future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
-            self._pending[hello_id] = future
-            future.add_done_callback(lambda f: self._hello_done(hello_id, f))
+            why = check_peer(writer.get_extra_info("socket"), self.path)
+            if why is not None:
+                writer.close()
+                raise GuardUnavailable(why)
+            hello = Hello(0, self.harness, self.version, os.getpid(), self.role)
+            self._session = ClientSession(hello, self.max_frame, ids=self._ids)
             self._writer = writer
             self._reader_task = asyncio.create_task(self._read(reader, writer), name="guard-client-reader")
             return writer
 
-    def _hello_done(self, hello_id: int, future: asyncio.Future[dict[str, Any]]) -> None:
-        self._pending.pop(hello_id, None)
-        if not future.cancelled() and future.exception() is None:
-            self.server_info = future.result()
-
     async def _read(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        session = self._session
         try:
-            while True:
-                line = await reader.readline()
-                if not line:
-                    break
-                msg = orjson.loads(line)
-                if not isinstance(msg, dict):
-                    continue
-                if "event" in msg:
-                    await self._dispatch(msg)
-                    continue
-                future = self._pending.get(msg.get("id"))  # type: ignore[arg-type]
-                if future is not None and not future.done():
-                    future.set_result(msg)
-                elif msg.get("id") is None and "error" in msg:
-                    for f in self._pending.values():  # a connection-level error answers everyone
-                        if not f.done():
-                            f.set_result(msg)
-        except (OSError, ValueError, orjson.JSONDecodeError) as exc:
+            while data := await reader.read(65536):
+                for item in session.receive(data):
+                    if isinstance(item, tuple):
+                        future = self._pending.get(item[0])
+                        if future is not None and not future.done():
+                            future.set_result(item[1])
+                    else:
+                        await self._dispatch(item)
+        except (OSError, ProtocolError) as exc:
             log.debug("guard connection lost: %s", exc)
         finally:
             if self._writer is writer:
@@ -493,14 +476,14 @@ class AsyncGuardClient:
                     f.set_exception(ConnectionResetError(0, "the guard closed the connection"))
             writer.close()
 
-    async def _dispatch(self, msg: dict[str, Any]) -> None:
+    async def _dispatch(self, event: Event) -> None:
         try:
-            if msg.get("event") == "interrupt" and self.on_interrupt is not None:
-                result = self.on_interrupt(str(msg.get("agent", "")), str(msg.get("reason", "")))
+            if isinstance(event, InterruptEvent) and self.on_interrupt is not None:
+                result = self.on_interrupt(event.agent, event.reason)
                 if isinstance(result, Awaitable):
                     await result
             if self.on_event is not None:
-                result = self.on_event(msg)
+                result = self.on_event(event)
                 if isinstance(result, Awaitable):
                     await result
         except Exception:
@@ -517,7 +500,6 @@ class AsyncGuardClient:
                 await task
 
     async def close(self) -> None:
-        self._closed = True
         await self._drop()
 
     async def __aenter__(self) -> AsyncGuardClient:
@@ -525,3 +507,15 @@ class AsyncGuardClient:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
+
+
+def operator_client(
+    harness_socket: str | os.PathLike[str] | None = None,
+    operator_socket: str | os.PathLike[str] | None = None,
+    **options: Any,
+) -> AsyncGuardClient:
+    """An asyncio client on the operator's socket (beside `harness_socket`'s directory by default),
+    as a console: it is not counted among the harnesses."""
+    path = Path(operator_socket) if operator_socket is not None else default_operator_socket_path(harness_socket)
+    options.setdefault("role", "console")
+    return AsyncGuardClient(path, **options)

@@ -9,7 +9,7 @@ from typing import Any
 
 import orjson
 
-__all__ = ["IncidentLog", "incident_line"]
+__all__ = ["IncidentLog", "QueuedIncidentLog", "incident_line"]
 
 _FIELD_MAX = 4096  # a pathological tool name or agent id must not make a multi-megabyte line
 
@@ -57,7 +57,9 @@ class IncidentLog:
             return False
         try:
             line = incident_line(kind, tool, count, limit, agent, time.time() if when is None else when)
-            fd = os.open(os.path.expanduser(self.path), os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            # O_NONBLOCK: a FIFO with no reader fails at once (ENXIO) instead of blocking; no effect on files
+            flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC | os.O_NONBLOCK
+            fd = os.open(os.path.expanduser(self.path), flags, 0o600)
             try:
                 view = memoryview(line)
                 while view:  # a short write only happens on a full disk; finish or fail
@@ -86,3 +88,76 @@ class IncidentLog:
         return self.record(
             kind=verdict.kind, tool=tool, count=verdict.count, limit=verdict.limit, agent=agent, when=when
         )
+
+
+class QueuedIncidentLog:
+    """An IncidentLog written by a thread of its own, so a path that blocks (a FIFO nobody reads, a
+    hung network mount) never holds up a decision. The queue is bounded: when it is full, lines are
+    dropped and counted (`dropped`), and the first drop of each stretch is reported."""
+
+    def __init__(
+        self, path: str | os.PathLike[str] = "", on_error: Callable[[str], Any] | None = None, size: int = 10_000
+    ):
+        import queue
+        import threading
+
+        self.log = IncidentLog(path, on_error=on_error)
+        self._path = self.log.path
+        self.on_error = on_error
+        self.dropped = 0
+        self._full = False
+        self._queue: queue.Queue[dict[str, Any] | None] = queue.Queue(maxsize=size)
+        self._thread = threading.Thread(target=self._run, name="incident-log", daemon=True)
+        self._thread.start()
+
+    @property
+    def path(self) -> str:
+        return self._path
+
+    @path.setter
+    def path(self, value: str) -> None:
+        self._path = os.fspath(value)  # the thread takes it before its next line: never a wait here
+
+    @property
+    def last_error(self) -> str | None:
+        return self.log.last_error
+
+    def record(self, *, kind: str, tool: str, count: int, limit: int, agent: str, when: float | None = None) -> bool:
+        """Queue one incident; False if the queue was full (the line is dropped and counted)."""
+        if not self._path:
+            return False
+        import queue
+
+        fields = {"kind": kind, "tool": tool, "count": count, "limit": limit, "agent": agent, "when": when}
+        try:
+            self._queue.put_nowait(fields)
+        except queue.Full:
+            self.dropped += 1
+            if not self._full and self.on_error is not None:
+                self._full = True
+                try:
+                    self.on_error(
+                        f"incident log {self.log.path!r} is not keeping up ({self._queue.maxsize:,} lines waiting): "
+                        "dropping lines until it does"
+                    )
+                except Exception:
+                    pass
+            return False
+        self._full = False
+        return True
+
+    def _run(self) -> None:
+        while True:
+            fields = self._queue.get()
+            if fields is None:
+                return
+            self.log.path = self._path
+            self.log.record(**fields)
+
+    def close(self, timeout: float = 2.0) -> None:
+        """Write what is queued (waiting at most `timeout` s: a blocked path is given up on)."""
+        try:
+            self._queue.put(None, timeout=timeout)
+        except Exception:
+            return
+        self._thread.join(timeout)

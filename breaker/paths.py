@@ -1,13 +1,12 @@
 """Where the guard's sockets live, and whether a socket found there may be trusted.
 
 cbhook imports this once per tool call, so the module top imports only what Python's start-up has
-already loaded (`os`, `stat`, `sys`) and `_socket`, which cbhook loads anyway; `pathlib` and
+already loaded (`os`, `stat`, `sys`); `pathlib` and
 `tempfile` (~10 ms together in a cold interpreter) are imported inside the functions that need them.
 """
 
 from __future__ import annotations
 
-import _socket
 import os
 import stat
 import sys
@@ -16,6 +15,7 @@ TYPE_CHECKING = False  # not typing's: importing typing costs cbhook ~2 ms per t
 if TYPE_CHECKING:
     from collections.abc import Mapping
     from pathlib import Path
+    from typing import Any
 
 __all__ = [
     "OPERATOR_SOCKET_ENV",
@@ -27,6 +27,8 @@ __all__ = [
     "default_operator_socket_path",
     "default_socket_path",
     "ensure_private_dir",
+    "peer_ids",
+    "peer_option",
     "sun_path_max",
 ]
 
@@ -163,19 +165,61 @@ def check_socket(path: str | os.PathLike[str]) -> str | None:
     return None
 
 
-def check_peer(sock: _socket.socket, path: str | os.PathLike[str]) -> str | None:
+# How each platform tells who is at the other end of a Unix socket: (level, option, buffer size,
+# byte offset of the uid, byte offset of the pid or None). Linux: SO_PEERCRED, struct ucred {pid, uid,
+# gid}. macOS and FreeBSD/DragonFly: LOCAL_PEERCRED at SOL_LOCAL (0), struct xucred {u_int version;
+# uid_t uid; ...} (what getpeereid(3) reads there). OpenBSD: SO_PEERCRED, struct sockpeercred {uid,
+# gid, pid}. NetBSD: LOCAL_PEEREID at SOL_LOCAL, struct unpcbid {pid, euid, egid}.
+_PEER_OPTIONS: dict[str, tuple[int, int, int, int, int | None]] = {
+    "linux": (1, 17, 12, 4, 0),
+    "darwin": (0, 0x001, 76, 4, None),
+    "freebsd": (0, 0x001, 76, 4, None),
+    "dragonfly": (0, 0x001, 76, 4, None),
+    "openbsd": (0xFFFF, 0x1022, 12, 0, 8),
+    "netbsd": (0, 0x0003, 12, 4, 0),
+}
+
+
+def peer_option(platform: str = sys.platform) -> tuple[int, int, int, int, int | None] | None:
+    """The getsockopt that names a Unix socket peer's uid on `platform`, or None where there is none."""
+    for prefix, option in _PEER_OPTIONS.items():
+        if platform.startswith(prefix):
+            return option
+    return None
+
+
+def peer_ids(sock: Any, platform: str = sys.platform) -> tuple[int | None, int | None]:
+    """(uid, pid) of the process at the other end of a connected Unix socket, from the kernel.
+
+    (None, None) where the platform has no such option or the kernel refuses; pid is None where the
+    option does not carry it (macOS, the BSDs' xucred). `sock` needs only `getsockopt`, so tests can
+    hand in another platform's answers.
+    """
+    option = peer_option(platform)
+    if option is None:
+        return None, None
+    level, name, size, uid_at, pid_at = option
+    try:
+        raw = sock.getsockopt(level, name, size)
+    except (OSError, AttributeError):
+        return None, None
+    if len(raw) < max(uid_at, pid_at or 0) + 4:
+        return None, None
+    uid = int.from_bytes(raw[uid_at : uid_at + 4], sys.byteorder)
+    pid = int.from_bytes(raw[pid_at : pid_at + 4], sys.byteorder, signed=True) if pid_at is not None else None
+    return uid, pid
+
+
+def check_peer(sock: Any, path: str | os.PathLike[str], platform: str = sys.platform) -> str | None:
     """Why the process at the other end of connected `sock` is not to be told anything, or None.
 
-    The kernel's word (SO_PEERCRED, Linux): the listener runs as another user. It closes the gap
-    between `check_socket` and connect, when the directory's parent lets someone swap the directory.
-    Where the kernel has no such option, None.
+    The kernel's word (SO_PEERCRED on Linux, LOCAL_PEERCRED on macOS and the BSDs): the listener
+    runs as another user. It closes the gap between `check_socket` and connect, when the directory's
+    parent lets someone swap the directory. Where the kernel cannot say, None (check_socket stands).
     """
-    option = getattr(_socket, "SO_PEERCRED", None)
-    if option is None:
-        return None
-    cred = sock.getsockopt(_socket.SOL_SOCKET, option, 12)  # struct ucred: pid, uid, gid (32 bits each)
-    uid, me = int.from_bytes(cred[4:8], sys.byteorder), os.getuid()
-    if uid == me:
+    uid, _pid = peer_ids(sock, platform)
+    me = os.getuid()
+    if uid is None or uid == me:
         return None
     why = f"not trusting the guard's socket {os.fspath(path)}:"
     return f"{why} the process serving it runs as {_owner(uid)}, not as you (uid {me})"

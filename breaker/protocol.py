@@ -1,58 +1,68 @@
-"""The wire protocol: newline-delimited JSON frames, their validation and error codes. Pure: bytes in, values out."""
+"""The wire protocol as typed messages — requests, replies, events — each encoding and decoding itself.
+
+Pure: bytes and dicts in, values out; no sockets, no clock. `ServerSession` (breaker/session.py) and
+`ClientSession` (below) are built on it; PROTOCOL.md documents it and a test keeps the two equal.
+
+Names on the wire are snake_case; the values of the config (`ConfigFrame.values`, `ConfigSet.changes`)
+keep the patch layer's camelCase keys, because they are the user's own setting names.
+"""
 
 from __future__ import annotations
 
-from typing import Any
+import itertools
+from collections import deque
+from collections.abc import Iterator
+from dataclasses import dataclass, field, fields
+from typing import Any, ClassVar
 
 import orjson
 
+from breaker.wire import MAX_FRAME, PROTOCOL_VERSION, FrameBuffer
+
 __all__ = [
+    "ERROR_CODES",
+    "HARNESS",
     "MAX_FRAME",
+    "MAX_TEXT",
+    "OPERATOR",
     "OPS",
     "PROTOCOL_VERSION",
-    "FrameBuffer",
-    "FrameTooLarge",
+    "AgentRow",
+    "ClientSession",
+    "ConfigFrame",
+    "Decision",
+    "ErrorReply",
+    "GuardStats",
+    "InterruptEvent",
+    "KeyRow",
     "ProtocolError",
-    "decode",
-    "encode",
-    "error_reply",
+    "Reply",
+    "Request",
+    "StateFrame",
+    "TripRow",
+    "decode_request",
+    "encode_frame",
 ]
 
-PROTOCOL_VERSION = 1
-MAX_FRAME = 8 * 1024 * 1024  # a harness may send a whole file write as args
-MAX_ID_LEN = 4096  # agent ids, tool names: generous for real ids, fatal to nobody
+MAX_TEXT = 4096  # agent ids, tool names, reasons: generous for real ids, fatal to nobody
+HARNESS = "harness"  # the plane harnesses use: hello, check, agent_end, ping
+OPERATOR = "operator"  # the operator's plane: everything, including what changes the guard
 
-# op -> {field: (type or types, required)}. Only these fields are checked; extra fields are allowed.
-_STR = str
-OPS: dict[str, dict[str, tuple[Any, bool]]] = {
-    "hello": {
-        "harness": (_STR, False),
-        "version": (_STR, False),
-        "pid": (int, False),
-        "capabilities": (list, False),
-        "role": (_STR, False),
-        "protocol": (int, False),
-    },
-    "check": {
-        "agent": (_STR, True),
-        "tool": (_STR, True),
-        "harness": (_STR, False),
-        "parent": ((_STR, type(None)), False),
-        "call_id": ((_STR, int, type(None)), False),
-    },
-    "agent_end": {"agent": (_STR, True)},
-    "subscribe": {"interval": ((int, float), False)},
-    "unsubscribe": {},
-    "interrupt": {"agent": (_STR, True), "reason": (_STR, False)},
-    "uninterrupt": {"agent": (_STR, True)},
-    "reset": {"agent": (_STR, True)},
-    "pause": {},
-    "resume": {},
-    "config_get": {},
-    "config_set": {"changes": (dict, True)},
-    "snapshot": {"top": (int, False)},
-    "stats": {},
-    "ping": {},
+# Every error code, what it means, and whether the server closes the connection after it.
+ERROR_CODES: dict[str, tuple[str, bool]] = {
+    "bad_json": ("not JSON, not UTF-8, or nested deeper than 1,024 levels", False),
+    "not_object": ("valid JSON, but not an object", False),
+    "bad_request": ("a missing or wrongly typed field; the message names it", False),
+    "unknown_op": ("`op` is not an op of this protocol", False),
+    "operator_only": ("the op changes the guard or reads other agents' calls: operator socket only", False),
+    "forbidden_key": ("`config_set` tried to set a key only the patch file may set", False),
+    "bad_config": ("`config_set` with invalid values; `problems` lists `{key, expected, found}`", False),
+    "config_broken": ("`config_set` while the patch layer does not parse; fix the file first", False),
+    "write_failed": ("`config_set` could not write the patch layer", False),
+    "internal": ("a bug in an operator op (logged)", False),
+    "frame_too_large": ("a frame over `max_frame` bytes", True),
+    "busy": ("the guard's shared buffer for large frames is full; retry", True),
+    "forbidden": ("the peer runs as another user", True),
 }
 
 
@@ -66,32 +76,35 @@ class ProtocolError(Exception):
         self.request_id = request_id
 
 
-class FrameTooLarge(ProtocolError):
-    def __init__(self, limit: int):
-        super().__init__("frame_too_large", f"a frame is larger than the {limit:,}-byte limit; closing")
+def encode_frame(obj: dict[str, Any]) -> bytes:
+    """One frame: compact JSON plus a newline (JSON never holds a raw newline).
+
+    An id beyond 64 bits (which orjson will not write) goes out through the standard library's
+    json, so every id comes back exactly as it was sent."""
+    try:
+        return orjson.dumps(obj) + b"\n"
+    except TypeError:
+        import dataclasses
+        import json
+
+        def plain(value: Any) -> Any:
+            if dataclasses.is_dataclass(value) and not isinstance(value, type):
+                return {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
+            raise TypeError(f"cannot encode {type(value).__name__}")
+
+        return json.dumps(obj, separators=(",", ":"), ensure_ascii=False, default=plain).encode() + b"\n"
 
 
-def encode(message: dict[str, Any]) -> bytes:
-    """One frame: compact JSON plus a newline (JSON never contains a raw newline)."""
-    return orjson.dumps(message) + b"\n"
+# -- field checks ----------------------------------------------------------------------------------
 
-
-def error_reply(request_id: Any, code: str, message: str) -> bytes:
-    return orjson.dumps({"id": request_id, "error": {"code": code, "message": message}}) + b"\n"
-
-
-def _type_name(t: Any) -> str:
-    names = {
-        str: "a string",
-        int: "an integer",
-        float: "a number",
-        list: "a list",
-        dict: "an object",
-        type(None): "null",
-    }
-    if isinstance(t, tuple):
-        return " or ".join(names.get(x, x.__name__) for x in t)
-    return names.get(t, t.__name__)
+_TYPE_NAMES = {
+    str: "a string",
+    int: "an integer",
+    float: "a number",
+    list: "a list",
+    dict: "an object",
+    bool: "true or false",
+}
 
 
 def _found(value: Any) -> str:
@@ -99,12 +112,259 @@ def _found(value: Any) -> str:
         return "null"
     if isinstance(value, bool):
         return "a boolean"
-    return {str: "a string", int: "an integer", float: "a number", list: "a list", dict: "an object"}.get(
-        type(value), type(value).__name__
+    return _TYPE_NAMES.get(type(value), type(value).__name__)
+
+
+def _expected(kinds: tuple[type, ...]) -> str:
+    return " or ".join("null" if k is type(None) else _TYPE_NAMES.get(k, k.__name__) for k in kinds)
+
+
+def _field(op: str, msg: dict[str, Any], name: str, kinds: tuple[type, ...], default: Any, rid: Any) -> Any:
+    """One request field, type-checked; `default` is `_REQUIRED` for a field that must be there."""
+    if name not in msg:
+        if default is _REQUIRED:
+            raise ProtocolError("bad_request", f"{op}: '{name}' is required", rid)
+        return default
+    value = msg[name]
+    if kinds is _ANY:
+        return value
+    if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
+        raise ProtocolError("bad_request", f"{op}: '{name}' must be {_expected(kinds)}, found {_found(value)}", rid)
+    if isinstance(value, str) and len(value) > MAX_TEXT:
+        raise ProtocolError("bad_request", f"{op}: '{name}' is longer than {MAX_TEXT:,} characters", rid)
+    return value
+
+
+_REQUIRED = object()
+_ANY = (object,)
+_STR = (str,)
+_OPT_STR = (str, type(None))
+_INT = (int,)
+
+# -- requests --------------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class Request:
+    """A request frame: `op` names it, `id` (any JSON value) is echoed in its reply."""
+
+    op: ClassVar[str] = ""
+    plane: ClassVar[str] = OPERATOR  # the least plane that may send it
+    # (name, accepted types, default or _REQUIRED), in the order they are documented
+    SPEC: ClassVar[tuple[tuple[str, tuple[type, ...], Any], ...]] = ()
+
+    id: Any
+
+    @classmethod
+    def decode(cls, msg: dict[str, Any]) -> Request:
+        rid = msg.get("id")
+        values = {name: _field(cls.op, msg, name, kinds, default, rid) for name, kinds, default in cls.SPEC}
+        return cls(rid, **values)
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"op": self.op, "id": self.id}
+        for f in fields(self):
+            if f.name != "id":
+                out[f.name] = getattr(self, f.name)
+        return out
+
+    def encode(self) -> bytes:
+        return encode_frame(self.to_json())
+
+
+@dataclass(slots=True)
+class Hello(Request):
+    op: ClassVar[str] = "hello"
+    plane: ClassVar[str] = HARNESS
+    SPEC: ClassVar = (
+        ("harness", _STR, ""),
+        ("version", _STR, ""),
+        ("pid", _INT, 0),
+        ("role", _STR, ""),
+        ("protocol", _INT, PROTOCOL_VERSION),
     )
 
+    harness: str = ""
+    version: str = ""
+    pid: int = 0
+    role: str = ""  # "harness" or "console"; a console is not counted among the connected harnesses
+    protocol: int = PROTOCOL_VERSION
 
-def decode(frame: bytes | memoryview) -> dict[str, Any]:
+
+@dataclass(slots=True)
+class Check(Request):
+    """Ask before a tool call. `args_unserializable`: the harness could not send the args as JSON;
+    the guard allows and counts the call, matching nothing."""
+
+    op: ClassVar[str] = "check"
+    plane: ClassVar[str] = HARNESS
+    SPEC: ClassVar = (
+        ("agent", _STR, _REQUIRED),
+        ("tool", _STR, _REQUIRED),
+        ("args", _ANY, None),
+        ("harness", _OPT_STR, None),
+        ("parent", _OPT_STR, None),
+        ("call_id", (str, int, type(None)), None),
+        ("args_unserializable", (bool,), False),
+    )
+
+    agent: str = ""
+    tool: str = ""
+    args: Any = None
+    harness: str | None = None
+    parent: str | None = None
+    call_id: str | int | None = None
+    args_unserializable: bool = False
+
+    @classmethod
+    def decode(cls, msg: dict[str, Any]) -> Check:
+        # The hot path: the well-formed frame every harness sends, checked field by field inline.
+        get = msg.get
+        agent, tool, harness, parent, call_id = get("agent"), get("tool"), get("harness"), get("parent"), get("call_id")
+        unjudgeable = get("args_unserializable", False)
+        if (
+            type(agent) is str
+            and 0 < len(agent) <= MAX_TEXT
+            and type(tool) is str
+            and len(tool) <= MAX_TEXT
+            and (harness is None or (type(harness) is str and len(harness) <= MAX_TEXT))
+            and (parent is None or (type(parent) is str and len(parent) <= MAX_TEXT))
+            and (call_id is None or type(call_id) is int or (type(call_id) is str and len(call_id) <= MAX_TEXT))
+            and type(unjudgeable) is bool
+        ):
+            return cls(get("id"), agent, tool, get("args"), harness, parent, call_id, unjudgeable)
+        check = super(Check, cls).decode(msg)  # names what is wrong
+        assert isinstance(check, Check)
+        if not check.agent:
+            raise ProtocolError("bad_request", "check: 'agent' must not be empty", check.id)
+        return check
+
+
+@dataclass(slots=True)
+class AgentEnd(Request):
+    op: ClassVar[str] = "agent_end"
+    plane: ClassVar[str] = HARNESS
+    SPEC: ClassVar = (("agent", _STR, _REQUIRED),)
+    agent: str = ""
+
+
+@dataclass(slots=True)
+class Ping(Request):
+    op: ClassVar[str] = "ping"
+    plane: ClassVar[str] = HARNESS
+
+
+@dataclass(slots=True)
+class Subscribe(Request):
+    op: ClassVar[str] = "subscribe"
+
+
+@dataclass(slots=True)
+class Unsubscribe(Request):
+    op: ClassVar[str] = "unsubscribe"
+
+
+@dataclass(slots=True)
+class Interrupt(Request):
+    op: ClassVar[str] = "interrupt"
+    SPEC: ClassVar = (("agent", _STR, _REQUIRED), ("reason", _STR, ""))
+    agent: str = ""
+    reason: str = ""
+
+
+@dataclass(slots=True)
+class Uninterrupt(Request):
+    op: ClassVar[str] = "uninterrupt"
+    SPEC: ClassVar = (("agent", _STR, _REQUIRED),)
+    agent: str = ""
+
+
+@dataclass(slots=True)
+class Reset(Request):
+    op: ClassVar[str] = "reset"
+    SPEC: ClassVar = (("agent", _STR, _REQUIRED),)
+    agent: str = ""
+
+
+@dataclass(slots=True)
+class Pause(Request):
+    op: ClassVar[str] = "pause"
+
+
+@dataclass(slots=True)
+class Resume(Request):
+    op: ClassVar[str] = "resume"
+
+
+@dataclass(slots=True)
+class ConfigGet(Request):
+    op: ClassVar[str] = "config_get"
+
+
+@dataclass(slots=True)
+class ConfigSet(Request):
+    op: ClassVar[str] = "config_set"
+    SPEC: ClassVar = (("changes", (dict,), _REQUIRED),)
+    changes: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class Snapshot(Request):
+    """Every agent the guard knows, in one state frame (`top` repeated keys, clamped to 0 … 1,000)."""
+
+    op: ClassVar[str] = "snapshot"
+    SPEC: ClassVar = (("top", _INT, 10),)
+    top: int = 10
+
+    @classmethod
+    def decode(cls, msg: dict[str, Any]) -> Snapshot:
+        snap = super(Snapshot, cls).decode(msg)
+        assert isinstance(snap, Snapshot)
+        snap.top = min(max(snap.top, 0), 1000)
+        return snap
+
+
+@dataclass(slots=True)
+class Stats(Request):
+    op: ClassVar[str] = "stats"
+
+
+OPS: dict[str, type[Request]] = {
+    cls.op: cls
+    for cls in (
+        Hello,
+        Check,
+        AgentEnd,
+        Ping,
+        Subscribe,
+        Unsubscribe,
+        Interrupt,
+        Uninterrupt,
+        Reset,
+        Pause,
+        Resume,
+        ConfigGet,
+        ConfigSet,
+        Snapshot,
+        Stats,
+    )
+}
+HARNESS_OPS = frozenset(op for op, cls in OPS.items() if cls.plane == HARNESS)
+
+
+def _exact_id(frame: bytes | memoryview, rid: Any) -> Any:
+    """orjson reads integers past 64 bits as floats; the standard library's json keeps them exact."""
+    if type(rid) is float:
+        import json
+
+        try:
+            return json.loads(bytes(frame)).get("id", rid)
+        except (ValueError, RecursionError):
+            return rid
+    return rid
+
+
+def decode_request(frame: bytes | memoryview) -> Request:
     """Parse and validate one request frame (without its newline). Raises ProtocolError."""
     try:
         msg = orjson.loads(frame)
@@ -112,71 +372,511 @@ def decode(frame: bytes | memoryview) -> dict[str, Any]:
         raise ProtocolError("bad_json", f"not valid JSON: {exc}") from None
     if type(msg) is not dict:
         raise ProtocolError("not_object", f"a request must be a JSON object, found {_found(msg)}")
-    op = msg.get("op")
     rid = msg.get("id")
+    if type(rid) is float:
+        rid = msg["id"] = _exact_id(frame, rid)
+    op = msg.get("op")
     if type(op) is not str:
         raise ProtocolError("bad_request", f"'op' must be a string, found {_found(op)}", rid)
-    schema = OPS.get(op)
-    if schema is None:
+    cls = OPS.get(op)
+    if cls is None:
         raise ProtocolError("unknown_op", f"unknown op {op[:64]!r}; known: {', '.join(OPS)}", rid)
-    for name, (kind, required) in schema.items():
-        value = msg.get(name)
-        if value is None and name not in msg:
-            if required:
-                raise ProtocolError("bad_request", f"{op}: '{name}' is required", rid)
-            continue
-        if not isinstance(value, kind) or (isinstance(value, bool) and kind in (int, (int, float))):
-            raise ProtocolError("bad_request", f"{op}: '{name}' must be {_type_name(kind)}, found {_found(value)}", rid)
-        if kind is _STR and len(value) > MAX_ID_LEN:
-            raise ProtocolError("bad_request", f"{op}: '{name}' is longer than {MAX_ID_LEN} characters", rid)
-    if op == "check" and not msg["agent"]:
-        raise ProtocolError("bad_request", "check: 'agent' must not be empty", rid)
-    return msg
+    return cls.decode(msg)
 
 
-class FrameBuffer:
-    """Accumulates bytes from a stream and hands out complete frames; flags a frame over `limit` bytes.
+# -- replies ---------------------------------------------------------------------------------------
 
-    After `too_large` is set the stream cannot be resynchronised: the caller answers and closes.
-    """
 
-    __slots__ = ("_buf", "_scanned", "limit", "too_large")
+@dataclass(slots=True)
+class Reply:
+    """A reply to one request. `to_json` gives the fields; the session adds the request's id."""
 
-    def __init__(self, limit: int = MAX_FRAME) -> None:
-        self._buf = bytearray()
-        self._scanned = 0  # leading bytes already known to hold no newline
-        self.limit = limit
-        self.too_large = False
+    def to_json(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
 
-    def feed(self, data: bytes) -> None:
-        self._buf += data
+    def encode(self, rid: Any) -> bytes:
+        return encode_frame({"id": rid, **self.to_json()})
 
-    def __len__(self) -> int:
-        return len(self._buf)
 
-    def frames(self, max_frames: int = 1 << 30) -> list[bytes]:
-        """Complete frames in order (empty lines skipped), at most `max_frames`."""
-        buf = self._buf
-        out: list[bytes] = []
-        start = 0
-        while len(out) < max_frames:
-            nl = buf.find(b"\n", start + self._scanned)
-            if nl < 0:
-                self._scanned = len(buf) - start
-                break
-            self._scanned = 0
-            if nl - start > self.limit:
-                self.too_large = True
-                break
-            if nl > start:
-                out.append(bytes(buf[start:nl]))
-            start = nl + 1
-        if start:
-            del buf[:start]
-        if len(buf) > self.limit and buf.find(b"\n") < 0:
-            self.too_large = True
+@dataclass(slots=True)
+class HelloReply(Reply):
+    server: str
+    version: str
+    protocol: int
+    pid: int
+    plane: str
+    max_frame: int
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """A check's answer: `{"decision":"allow"}`, or a deny with its kind, reason, count and limit.
+
+    `fallback` is never on the wire: a client sets it when the guard could not be asked (or could
+    not judge the call) and its failure mode decided instead."""
+
+    allowed: bool
+    kind: str | None = None
+    reason: str = ""
+    count: int = 0
+    limit: int = 0
+    fallback: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        if self.allowed:
+            return {"decision": "allow"}
+        return {"decision": "deny", "kind": self.kind, "reason": self.reason, "count": self.count, "limit": self.limit}
+
+    def encode(self, rid: Any) -> bytes:
+        return encode_frame({"id": rid, **self.to_json()})
+
+    @classmethod
+    def from_json(cls, obj: dict[str, Any]) -> Decision | None:
+        """The decision in a reply, or None if it is not a well-formed one."""
+        decision = obj.get("decision")
+        if decision == "allow":
+            return ALLOW
+        if decision != "deny":
+            return None
+        kind, reason, count, limit = obj.get("kind"), obj.get("reason"), obj.get("count"), obj.get("limit")
+        if not (isinstance(kind, str) and isinstance(reason, str)):
+            return None
+        return cls(False, kind, reason, count if type(count) is int else 0, limit if type(limit) is int else 0)
+
+
+ALLOW = Decision(True)
+ALLOW_FRAME_TAIL = b',"decision":"allow"}\n'  # the one reply the hot path writes without building a dict
+
+
+@dataclass(slots=True)
+class Done(Reply):
+    """`{"ok": true}` plus what the op reports (`known`, `notified`, `paused`, `tick`)."""
+
+    known: bool | None = None
+    notified: int | None = None
+    paused: bool | None = None
+    tick: float | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"ok": True}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if value is not None:
+                out[f.name] = value
         return out
 
-    def pending(self) -> bool:
-        """A complete frame is waiting (after `frames()` stopped at `max_frames`)."""
-        return self._buf.find(b"\n") >= 0
+
+@dataclass(slots=True)
+class Pong(Reply):
+    def to_json(self) -> dict[str, Any]:
+        return {"pong": True}
+
+
+@dataclass(slots=True)
+class ErrorReply(Reply):
+    code: str
+    message: str
+    problems: list[dict[str, str]] | None = None  # bad_config: one {key, expected, found} per problem
+
+    def to_json(self) -> dict[str, Any]:
+        error: dict[str, Any] = {"code": self.code, "message": self.message}
+        if self.problems is not None:
+            error["problems"] = self.problems
+        return {"error": error}
+
+    @classmethod
+    def from_json(cls, obj: dict[str, Any]) -> ErrorReply | None:
+        error = obj.get("error")
+        if not isinstance(error, dict):
+            return None
+        problems = error.get("problems")
+        return cls(
+            str(error.get("code") or "error"),
+            str(error.get("message") or ""),
+            problems if isinstance(problems, list) else None,
+        )
+
+    @property
+    def closes(self) -> bool:
+        """The server closes the connection after this error."""
+        return ERROR_CODES.get(self.code, ("", False))[1]
+
+
+# -- the state frame and its rows ------------------------------------------------------------------
+
+
+def _typed(value: Any, kind: type, default: Any) -> Any:
+    return value if type(value) is kind or (kind is float and type(value) is int) else default
+
+
+@dataclass(slots=True)
+class AgentRow:
+    """One agent in a state frame."""
+
+    agent: str
+    harness: str
+    parent: str | None
+    calls: int
+    window_fill: int
+    window: int
+    cap: int
+    worst_count: int
+    worst_tool: str
+    worst_preview: str
+    duplicate_limit: int
+    trips: dict[str, int]
+    status: str
+    last_tool: str
+    last_seen: float | None
+    interrupt_reason: str | None
+
+    def to_json(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    @classmethod
+    def from_json(cls, obj: dict[str, Any]) -> AgentRow | None:
+        agent = obj.get("agent")
+        if not isinstance(agent, str):
+            return None
+        trips = obj.get("trips")
+        parent, reason, seen = obj.get("parent"), obj.get("interrupt_reason"), obj.get("last_seen")
+        return cls(
+            agent=agent,
+            harness=_typed(obj.get("harness"), str, ""),
+            parent=parent if isinstance(parent, str) else None,
+            calls=_typed(obj.get("calls"), int, 0),
+            window_fill=_typed(obj.get("window_fill"), int, 0),
+            window=_typed(obj.get("window"), int, 0),
+            cap=_typed(obj.get("cap"), int, 0),
+            worst_count=_typed(obj.get("worst_count"), int, 0),
+            worst_tool=_typed(obj.get("worst_tool"), str, ""),
+            worst_preview=_typed(obj.get("worst_preview"), str, ""),
+            duplicate_limit=_typed(obj.get("duplicate_limit"), int, 0),
+            trips={k: v for k, v in trips.items() if type(v) is int} if isinstance(trips, dict) else {},
+            status=_typed(obj.get("status"), str, "ok"),
+            last_tool=_typed(obj.get("last_tool"), str, ""),
+            last_seen=float(seen) if isinstance(seen, (int, float)) and not isinstance(seen, bool) else None,
+            interrupt_reason=reason if isinstance(reason, str) else None,
+        )
+
+
+@dataclass(slots=True)
+class KeyRow:
+    """One repeated call: which agent, which tool, its preview, how often it is in that agent's window."""
+
+    agent: str
+    tool: str
+    preview: str
+    count: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {"agent": self.agent, "tool": self.tool, "preview": self.preview, "count": self.count}
+
+    @classmethod
+    def from_json(cls, obj: dict[str, Any]) -> KeyRow | None:
+        if not isinstance(obj.get("agent"), str):
+            return None
+        return cls(
+            obj["agent"],
+            _typed(obj.get("tool"), str, ""),
+            _typed(obj.get("preview"), str, ""),
+            _typed(obj.get("count"), int, 0),
+        )
+
+
+@dataclass(slots=True)
+class TripRow:
+    """An agent's first deny of a kind: when, who, which kind, the tool, count and limit."""
+
+    time: float
+    agent: str
+    kind: str
+    tool: str
+    count: int
+    limit: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    @classmethod
+    def from_json(cls, obj: dict[str, Any]) -> TripRow | None:
+        if not isinstance(obj.get("agent"), str):
+            return None
+        return cls(
+            _typed(obj.get("time"), float, 0.0),
+            obj["agent"],
+            _typed(obj.get("kind"), str, ""),
+            _typed(obj.get("tool"), str, ""),
+            _typed(obj.get("count"), int, 0),
+            _typed(obj.get("limit"), int, 0),
+        )
+
+
+@dataclass(slots=True)
+class GuardStats:
+    """The guard's counters and where it listens."""
+
+    checks: int = 0
+    denies: dict[str, int] = field(default_factory=dict)
+    agents: int = 0
+    connections: int = 0
+    harnesses: dict[str, int] = field(default_factory=dict)  # harness name -> connections
+    paused: bool = False
+    uptime: float = 0.0
+    pid: int = 0
+    socket: str = ""
+    operator_socket: str = ""
+    incident_log: str = ""
+    incident_log_error: str | None = None
+    incidents_dropped: int = 0  # lines the incident log's queue had no room for
+    frames_too_large: int = 0
+    events_dropped: int = 0  # interrupt pushes to connections that read nothing
+    commands_dropped: int = 0  # interrupt commands the queue had no room for
+    state_file: str = ""  # where the guard keeps its state ("" = not kept)
+    state_error: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    @classmethod
+    def from_json(cls, obj: dict[str, Any]) -> GuardStats:
+        out = cls()
+        for f in fields(cls):
+            value = obj.get(f.name)
+            default = getattr(out, f.name)
+            if value is None:
+                continue
+            if isinstance(default, dict) and isinstance(value, dict):
+                setattr(out, f.name, {k: v for k, v in value.items() if type(v) is int})
+            elif default is None or type(value) is type(default) or (type(default) is float and type(value) is int):
+                setattr(out, f.name, value)
+        return out
+
+
+@dataclass(slots=True)
+class ConfigFrame:
+    """The config in force and where it came from."""
+
+    values: dict[str, Any]  # camelCase, as in the patch layer
+    disabled: bool = False  # `disabled: true` on the row
+    source: str | None = None  # the layer whose config is in force (None = built-in defaults)
+    target: str | None = None  # where an edit is written
+    layers: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    error: str | None = None  # why the last reload failed (the last good config stays)
+
+    def to_json(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    @classmethod
+    def from_json(cls, obj: dict[str, Any]) -> ConfigFrame:
+        values = obj.get("values")
+        layers, notes = obj.get("layers"), obj.get("notes")
+        source, target, error = obj.get("source"), obj.get("target"), obj.get("error")
+        return cls(
+            values=values if isinstance(values, dict) else {},
+            disabled=obj.get("disabled") is True,
+            source=source if isinstance(source, str) else None,
+            target=target if isinstance(target, str) else None,
+            layers=[x for x in layers if isinstance(x, str)] if isinstance(layers, list) else [],
+            notes=[x for x in notes if isinstance(x, str)] if isinstance(notes, list) else [],
+            error=error if isinstance(error, str) else None,
+        )
+
+
+@dataclass(slots=True)
+class ConfigReply(Reply):
+    """`config_get`: the config frame; `config_set`: also `ok` and the file written (None: memory only)."""
+
+    config: ConfigFrame
+    written: str | None = None
+    set: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        if not self.set:
+            return {"config": self.config.to_json()}
+        return {"ok": True, "config": self.config.to_json(), "written": self.written}
+
+
+@dataclass(slots=True)
+class StateFrame:
+    """What subscribers see. `full`: every known agent (the first frame, or after falling behind);
+    otherwise only agents that changed, `gone` ids, and `config` only when it changed. A frame too
+    big for one tick's slice comes as several: `part` counts from 0, `last` is true on the final one;
+    only part 0 carries `full`, `gone`, `top_keys`, `trips`, `stats` and `config`."""
+
+    seq: int
+    full: bool
+    time: float
+    agents: list[AgentRow]
+    gone: list[str] = field(default_factory=list)
+    top_keys: list[KeyRow] | None = None
+    trips: list[TripRow] = field(default_factory=list)
+    stats: GuardStats | None = None
+    config: ConfigFrame | None = None
+    part: int = 0
+    last: bool = True
+
+    def to_json(self, event: bool = True) -> dict[str, Any]:
+        out: dict[str, Any] = {"event": "state"} if event else {}
+        out.update(seq=self.seq, full=self.full, time=self.time, part=self.part, last=self.last)
+        out["agents"] = self.agents  # dataclasses: orjson writes their fields itself, in C
+        if self.part == 0:
+            out["gone"] = self.gone
+            out["top_keys"] = self.top_keys or []
+            out["trips"] = self.trips
+            out["stats"] = self.stats
+            out["config"] = self.config
+        return out
+
+    @classmethod
+    def from_json(cls, obj: dict[str, Any]) -> StateFrame:
+        def rows(name: str, kind: Any) -> list[Any]:
+            items = obj.get(name)
+            if not isinstance(items, list):
+                return []
+            return [r for r in (kind.from_json(i) for i in items if isinstance(i, dict)) if r is not None]
+
+        stats, config, gone = obj.get("stats"), obj.get("config"), obj.get("gone")
+        return cls(
+            seq=_typed(obj.get("seq"), int, 0),
+            full=obj.get("full") is True,
+            time=_typed(obj.get("time"), float, 0.0),
+            agents=rows("agents", AgentRow),
+            gone=[g for g in gone if isinstance(g, str)] if isinstance(gone, list) else [],
+            top_keys=rows("top_keys", KeyRow) if "top_keys" in obj else None,
+            trips=rows("trips", TripRow),
+            stats=GuardStats.from_json(stats) if isinstance(stats, dict) else None,
+            config=ConfigFrame.from_json(config) if isinstance(config, dict) else None,
+            part=_typed(obj.get("part"), int, 0),
+            last=obj.get("last") is not False,
+        )
+
+
+@dataclass(slots=True)
+class SnapshotReply(Reply):
+    state: StateFrame
+
+    def to_json(self) -> dict[str, Any]:
+        return {"state": self.state.to_json(event=False)}
+
+
+@dataclass(slots=True)
+class StatsReply(Reply):
+    stats: GuardStats
+
+    def to_json(self) -> dict[str, Any]:
+        return {"stats": self.stats.to_json()}
+
+
+# -- events ----------------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class InterruptEvent:
+    """Pushed to every connection that checked for `agent` when the operator interrupts it."""
+
+    agent: str
+    reason: str
+
+    def encode(self) -> bytes:
+        return encode_frame({"event": "interrupt", "agent": self.agent, "reason": self.reason})
+
+    @classmethod
+    def from_json(cls, obj: dict[str, Any]) -> InterruptEvent | None:
+        agent, reason = obj.get("agent"), obj.get("reason")
+        if not isinstance(agent, str):
+            return None
+        return cls(agent, reason if isinstance(reason, str) else "")
+
+
+Event = InterruptEvent | StateFrame
+
+
+# -- the client side -------------------------------------------------------------------------------
+
+
+class ClientSession:
+    """A client's side of one connection, without I/O: frames out, replies matched to their requests.
+
+    `send(request)` gives the bytes to write (with a `hello` in front on the first call: the
+    handshake is pipelined and costs no round trip); `receive(data)` takes bytes read and returns
+    what completed: `(id, reply dict)` pairs for requests and decoded events, in order. An error the
+    server could not tie to a request (`"id": null`) answers the oldest request waiting — replies
+    come in request order — or, when the server closes after it, every request waiting.
+    """
+
+    def __init__(
+        self, hello: Hello | None = None, max_frame: int = 64 * 1024 * 1024, ids: Iterator[int] | None = None
+    ) -> None:
+        self.hello = hello
+        self.server_info: dict[str, Any] = {}
+        self._buffer = FrameBuffer(max_frame)
+        self._pending: deque[Any] = deque()  # request ids waiting, oldest first
+        self._ids = ids if ids is not None else itertools.count(1)  # a client may share one across connections
+        self._hello_id: Any = None
+
+    def next_id(self) -> int:
+        return next(self._ids)
+
+    @property
+    def waiting(self) -> int:
+        return len(self._pending)
+
+    def send(self, request: Request | dict[str, Any]) -> bytes:
+        """The bytes for `request` (a Request, or a raw frame as a dict with `op` and `id`)."""
+        frame = request.encode() if isinstance(request, Request) else encode_frame(request)
+        rid = request.id if isinstance(request, Request) else request.get("id")
+        out = b""
+        if self.hello is not None:
+            self.hello.id = self._hello_id = self.next_id()
+            self._pending.append(self._hello_id)
+            out = self.hello.encode()
+            self.hello = None
+        self._pending.append(rid)
+        return out + frame
+
+    def forget(self, rid: Any) -> None:
+        """A request given up on (timed out): its reply, if it ever comes, is dropped."""
+        try:
+            self._pending.remove(rid)
+        except ValueError:
+            pass
+
+    def receive(self, data: bytes) -> list[tuple[Any, dict[str, Any]] | Event]:
+        """Frames in `data` (and before it) decoded. Raises ProtocolError if the stream is not ours
+        (not JSON, a frame over the limit): the caller drops the connection."""
+        self._buffer.feed(data)
+        out: list[tuple[Any, dict[str, Any]] | Event] = []
+        for frame in self._buffer.frames():
+            try:
+                msg = orjson.loads(frame)
+            except orjson.JSONDecodeError:
+                raise ProtocolError("bad_json", "the guard sent something that is not JSON") from None
+            if not isinstance(msg, dict):
+                continue
+            if "event" in msg:
+                event = StateFrame.from_json(msg) if msg["event"] == "state" else InterruptEvent.from_json(msg)
+                if event is not None:
+                    out.append(event)
+                continue
+            rid = msg.get("id")
+            if rid is None and "error" in msg:
+                error = ErrorReply.from_json(msg)
+                targets = list(self._pending) if error is not None and error.closes else list(self._pending)[:1]
+                for target in targets:
+                    self.forget(target)
+                    if target != self._hello_id:
+                        out.append((target, msg))
+                continue
+            if rid not in self._pending:
+                continue  # a reply to a request given up on
+            self.forget(rid)
+            if rid == self._hello_id:
+                self.server_info = msg
+                self._hello_id = None
+                continue
+            out.append((rid, msg))
+        if self._buffer.too_large:
+            raise ProtocolError("frame_too_large", "the guard sent a frame over the client's limit")
+        return out

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -61,17 +61,28 @@ class ConfigWatcher:
                 out.append(None)
         return tuple(out)
 
-    def reload(self) -> bool:
-        """Re-read every layer now; True if the config in force changed."""
-        self._seen = self._fingerprint()
+    def _load(self) -> tuple[Loaded | None, ConfigError | None, tuple[tuple[int, int, int] | None, ...]]:
+        """Read every layer (safe on a worker thread: it touches nothing of ours)."""
+        seen = self._fingerprint()
         try:
-            loaded = load(self.sources)
+            return load(self.sources), None, seen
         except ConfigError as exc:
-            self.error = exc
-            log.warning("patch layer not applied, keeping the last good config: %s", exc)
+            return None, exc, seen
+
+    def _take(self, result: tuple[Loaded | None, ConfigError | None, tuple[tuple[int, int, int] | None, ...]]) -> bool:
+        loaded, error, seen = result
+        self._seen = seen
+        if error is not None:
+            self.error = error
+            log.warning("patch layer not applied, keeping the last good config: %s", error)
             if self.on_error is not None:
-                self.on_error(exc)
+                self.on_error(error)
             return False
+        assert loaded is not None
+        return self.accept(loaded)
+
+    def accept(self, loaded: Loaded) -> bool:
+        """Take a merge read elsewhere (after a write) as the config in force; True if it changed."""
         self.error = None
         self.reloads += 1
         changed = self.current is None or loaded != self.current
@@ -79,6 +90,15 @@ class ConfigWatcher:
         if changed and self.on_change is not None:
             self.on_change(loaded)
         return changed
+
+    def reload(self) -> bool:
+        """Re-read every layer now; True if the config in force changed."""
+        return self._take(self._load())
+
+    async def reload_async(self) -> bool:
+        """As `reload`, with the reading and parsing on a worker thread: a huge or hostile file never
+        holds up the event loop (the parse limits in breaker.patch bound how long it can take)."""
+        return self._take(await asyncio.to_thread(self._load))
 
     def _targets(self) -> tuple[set[Path], set[Path]]:
         """(files we care about, directories to watch)."""
@@ -91,15 +111,19 @@ class ConfigWatcher:
             dirs.add(d)
         return files, dirs
 
-    async def run(self, stop: asyncio.Event | None = None) -> None:
-        """Watch until `stop` is set (or the task is cancelled). Does an initial reload first."""
+    async def run(self, stop: asyncio.Event | None = None, reload: Callable[[], Awaitable[bool]] | None = None) -> None:
+        """Watch until `stop` is set (or the task is cancelled). Does an initial reload first.
+
+        `reload` (default `reload_async`) is how a change is read: a server passes one that takes
+        its config lock, so a reload never interleaves with a write."""
+        reload = reload or self.reload_async
         if self.current is None and self.error is None:
-            self.reload()
+            await reload()
         stop = stop or asyncio.Event()
         first = True
         while not stop.is_set():
             if not first:
-                self.reload()  # catch what changed while the watch was being moved
+                await reload()  # catch what changed while the watch was being moved
             first = False
             files, dirs = self._targets()
             ancestors = {a for f in files for a in f.parents}
@@ -128,9 +152,9 @@ class ConfigWatcher:
                     # A quiet half second. Events can be missed (a save racing the watch's start,
                     # a poller's first scan), so compare the files' stat with the last reload's.
                     if self._fingerprint() != self._seen:
-                        self.reload()
+                        await reload()
                     continue
-                self.reload()
+                await reload()
                 # A layer directory that did not exist may exist now: watch it directly.
                 if any(Path(p) in ancestors for _c, p in changes) and self._targets()[1] != dirs:
                     rewatch = True

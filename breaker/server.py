@@ -1,9 +1,11 @@
-"""The guard server: the engine behind a private Unix socket, with event subscribers and operator ops.
+"""The guard server: the protocol session behind two private Unix sockets, and the guard's I/O.
 
-Every request is answered on the event loop's thread, synchronously, from plain Python state: a
-check never waits on a file, a subscriber or another client. Subscribers get one coalesced state
-frame per tick; one that cannot keep up skips ticks (and gets a full frame when it catches up) and
-is dropped if it stays stuck.
+The harness socket serves what harnesses need (hello, check, agent_end, ping); the operator socket,
+in a directory of its own, serves everything. This module is the transport: asyncio protocols that
+hand bytes to `ServerSession` (breaker/session.py) and write back what it gives, plus the work it
+asks for that needs I/O — the patch layer (read and written off the event loop's thread, one write
+at a time), interrupt commands (a bounded queue), the incident log and the state file (threads of
+their own). A check never waits on any of them.
 """
 
 from __future__ import annotations
@@ -17,181 +19,161 @@ import re
 import signal
 import socket
 import stat
-import struct
+import sys
 import time
 from collections import deque
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, cast
 
-import orjson
-
 from breaker import __version__
 from breaker.config import Config, ConfigError
-from breaker.engine import AgentView, Guard
-from breaker.incidents import IncidentLog
-from breaker.patch import Loaded, PatchSources, write_config
-from breaker.paths import SocketPathError, check_length, default_socket_path, ensure_private_dir
-from breaker.protocol import MAX_FRAME, PROTOCOL_VERSION, FrameBuffer, ProtocolError, decode, error_reply
+from breaker.engine import Guard
+from breaker.incidents import QueuedIncidentLog
+from breaker.patch import NO_FILE, Loaded, PatchConflict, PatchSources, clean_stale_temps, load, read_text, write_config
+from breaker.paths import (
+    OPERATOR_SOCKET_ENV,
+    SocketPathError,
+    check_length,
+    default_operator_socket_path,
+    default_socket_path,
+    ensure_private_dir,
+    peer_ids,
+    peer_option,
+)
+from breaker.protocol import HARNESS, MAX_FRAME, OPERATOR, PROTOCOL_VERSION, ConfigFrame, ConfigReply, ErrorReply
 from breaker.reload import ConfigWatcher
+from breaker.session import (
+    WRITE_HIGH,
+    Channel,
+    CommandJob,
+    ConfigJob,
+    DurableJob,
+    IncidentJob,
+    ServerSession,
+)
+from breaker.store import GuardRecord, StateStore
 
-__all__ = ["GuardServer", "ServerError", "serve"]
+__all__ = ["GuardServer", "ServerError", "fill_command", "serve"]
 
 log = logging.getLogger("cbconsole.guard")
 
-_dumps = orjson.dumps
-_PEERCRED = struct.Struct("3i")
-BATCH = 64  # frames handled per turn before letting other connections in
-WRITE_HIGH = 256 * 1024  # per-connection output buffered before we stop reading that client
-SLOW_SUBSCRIBER = 1024 * 1024  # a subscriber this far behind skips ticks
-DROP_AFTER = 10.0  # seconds a subscriber may stay behind before it is dropped
-MAX_TRIPS_PER_TICK = 500
 INTERRUPT_COMMAND_TIMEOUT = 10.0  # seconds an operator's interrupt command may run before it is killed
 INTERRUPT_COMMAND_OUTPUT = 4096  # bytes of its output kept for the log (the rest is read and dropped)
+INTERRUPT_COMMANDS_AT_ONCE = 4  # children running at once: each costs descriptors the checks need
+INTERRUPT_COMMANDS_QUEUED = 256  # waiting beyond this are dropped (and counted)
+SAVE_EVERY = 0.2  # seconds between saves of what changed: what a crash can lose
+SAVE_SLICE = 200  # agents exported per slice of a save, between which the event loop runs
+CONFIG_WRITE_TRIES = 5  # a hand edit racing a config_set: re-read and apply on top this many times
 _PLACEHOLDER = re.compile(r"\{(agent|reason)\}")
 
 
-_UNJUDGEABLE = object()  # stands for args a client could not serialize: allowed, counted, matching nothing
-
-
 class ServerError(RuntimeError):
-    """The server cannot start (the socket path is held, unsafe or unusable)."""
+    """The server cannot start (a socket path is held, unsafe or unusable)."""
 
 
 class _Conn(asyncio.Protocol):
-    """One client connection."""
+    """One connection: bytes to the session, its output back to the socket."""
 
-    def __init__(self, server: GuardServer) -> None:
+    def __init__(self, server: GuardServer, plane: str) -> None:
         self.server = server
-        self.buf = FrameBuffer(server.max_frame)
+        self.plane = plane
         self.transport: asyncio.Transport | None = None
-        self.peer_pid = 0
-        self.harness = ""
-        self.role = ""
-        self.capabilities: list[str] = []
-        self.agents: set[str] = set()  # agents this connection checked for: interrupt pushes go here
-        self.subscribed = False
-        self.needs_full = True
-        self.behind_since: float | None = None
-        self.write_paused = False
+        self.ch: Channel | None = None
         self.turn_scheduled = False
-        self.closing = False
-        self.eof = False
-
-    # -- asyncio.Protocol -----------------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # uvloop's transports are not asyncio.Transport subclasses, so no isinstance check here.
-        transport = cast(asyncio.Transport, transport)
-        self.transport = transport
-        sock = transport.get_extra_info("socket")
-        uid = -1
-        try:
-            pid, uid, _gid = _PEERCRED.unpack(sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _PEERCRED.size))
-            self.peer_pid = pid
-        except (OSError, AttributeError):
-            pass
-        if uid != os.getuid():
-            log.warning(
-                "refused a connection from uid %s (pid %s): the guard serves only uid %s",
-                uid,
-                self.peer_pid,
-                os.getuid(),
-            )
-            self.refuse(error_reply(None, "forbidden", "this guard serves only its own user"))
+        self.transport = cast(asyncio.Transport, transport)
+        uid, pid = peer_ids(transport.get_extra_info("socket"))
+        session = self.server.session
+        self.ch = ch = session.open(self.plane, uid, pid)
+        if ch.closing:  # refused: say why, and close once it had a moment to read it
+            self.transport.write(ch.take_output())
+            if self.transport.can_write_eof():
+                self.transport.write_eof()
+            asyncio.get_running_loop().call_later(1.0, self.transport.close)
+            self.ch = None
             return
-        transport.set_write_buffer_limits(high=WRITE_HIGH)
-        self.server._conns.add(self)
+        self.transport.set_write_buffer_limits(high=WRITE_HIGH)
+        self.server.conns[ch] = self
 
     def data_received(self, data: bytes) -> None:
-        if self.closing:
-            return
-        self.buf.feed(data)
-        self._turn()
+        if self.ch is not None:
+            self.server.session.receive(self.ch, data)
+            self._after_turn()
 
     def eof_received(self) -> bool | None:
-        # The client is done sending; answer what it sent (in fair turns), then close.
-        self.eof = True
-        self._turn()
-        return True
+        if self.ch is not None:
+            if self.server.session.eof(self.ch):
+                self.schedule_turn()
+            self.server.flush()
+        return True  # keep our half open: replies still go out
+
+    def _after_turn(self) -> None:
+        ch = self.ch
+        if ch is not None and not ch.closing and ch.buf.pending():
+            self.schedule_turn()
+        self.server.flush()
+
+    def schedule_turn(self) -> None:
+        """More frames than one turn: let the other connections in first (fairness), then go on."""
+        if self.turn_scheduled or self.transport is None:
+            return
+        self.turn_scheduled = True
+        self.transport.pause_reading()
+        asyncio.get_running_loop().call_soon(self._continue)
+
+    def _continue(self) -> None:
+        self.turn_scheduled = False
+        ch = self.ch
+        if ch is None or ch.closing or self.transport is None:
+            return
+        more = self.server.session.turn(ch)
+        if more:
+            self.schedule_turn()
+        elif not ch.backlog_high:
+            self.transport.resume_reading()
+        self.server.flush()
 
     def pause_writing(self) -> None:
         # The client does not read its replies: stop reading its requests until it does.
-        self.write_paused = True
+        if self.ch is not None:
+            self.server.session.set_backlog(self.ch, True)
         if self.transport is not None:
             self.transport.pause_reading()
 
     def resume_writing(self) -> None:
-        self.write_paused = False
-        if self.transport is not None and not self.closing:
+        if self.ch is None or self.transport is None:
+            return
+        self.server.session.set_backlog(self.ch, False)
+        if not self.ch.closing:
             self.transport.resume_reading()
-            self._turn()
+            self.schedule_turn()
+        self.server.wake_pump()
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self.closing = True
-        self.server._forget(self)
+        if self.ch is not None:
+            self.server.conns.pop(self.ch, None)
+            self.server.session.lost(self.ch)
+            self.ch = None
 
-    # -- request handling ---------------------------------------------------------------------
-
-    def _turn(self) -> None:
-        """Answer up to BATCH complete frames, then yield to other connections if more are waiting."""
-        self.turn_scheduled = False
-        transport = self.transport
-        if transport is None or self.closing or self.write_paused:
+    def write_out(self) -> None:
+        ch, transport = self.ch, self.transport
+        if ch is None or transport is None:
             return
-        frames = self.buf.frames(BATCH)
-        if frames:
-            handle = self.server._handle
-            out = [r for r in (handle(self, f) for f in frames) if r is not None]
-            if out and not self.closing:
-                transport.write(out[0] if len(out) == 1 else b"".join(out))
-        if self.buf.too_large:
-            self.server.stats_frame_too_large += 1
-            transport.write(
-                error_reply(None, "frame_too_large", f"a frame is over the {self.buf.limit:,}-byte limit; closing")
-            )
-            self.close()
-        elif self.buf.pending() and not self.turn_scheduled and not self.closing:
-            self.turn_scheduled = True
-            if not self.eof:
-                transport.pause_reading()
-            asyncio.get_running_loop().call_soon(self._continue)
-        elif self.eof and not self.turn_scheduled:
-            self.close()
-
-    def _continue(self) -> None:
-        if self.transport is not None and not self.closing and not self.write_paused and not self.eof:
-            self.transport.resume_reading()
-        self._turn()
-
-    def send(self, frame: bytes) -> None:
-        if self.transport is not None and not self.closing:
-            self.transport.write(frame)
-
-    def close(self) -> None:
-        self.closing = True
-        if self.transport is not None:
-            self.transport.close()
-
-    def refuse(self, frame: bytes) -> None:
-        """Say why, half-close, and discard input for a moment before closing: closing with unread
-        input would reset the connection before the peer could read why."""
-        transport = self.transport
-        if transport is None:
-            return
-        self.closing = True
-        self.buf = FrameBuffer(self.buf.limit)
-        transport.write(frame)
-        if transport.can_write_eof():
-            transport.write_eof()
-        asyncio.get_running_loop().call_later(1.0, transport.close)
-
-    def backlog(self) -> int:
-        return self.transport.get_write_buffer_size() if self.transport is not None else 0
+        data = ch.take_output()
+        if data:
+            transport.write(data)
+        if ch.done:
+            if transport.can_write_eof():
+                with contextlib.suppress(OSError, RuntimeError):
+                    transport.write_eof()
+            transport.close()
 
 
 class GuardServer:
-    """The guard: one Guard, its config (watched patch layers), the incident log, and the socket."""
+    """The guard: one session (the Guard and the protocol), its config, and its I/O."""
 
     def __init__(
         self,
@@ -199,87 +181,135 @@ class GuardServer:
         sources: PatchSources | None = None,
         *,
         config: Config | None = None,
+        operator_socket: str | os.PathLike[str] | None = None,
+        state_path: str | os.PathLike[str] | None = None,
+        hash_seed: int | None = None,
         max_frame: int = MAX_FRAME,
         tick: float = 0.1,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.socket_path = Path(socket_path) if socket_path is not None else default_socket_path()
+        if operator_socket is None:
+            operator_socket = default_operator_socket_path(self.socket_path)
+        self.operator_path = Path(operator_socket)
         self.sources = sources
-        self.max_frame = max_frame
         self.tick = tick
         self.clock = clock
         self.guard = Guard(config)
-        self.incidents = IncidentLog(self.guard.config.incident_log, on_error=self._incident_error)
+        self.session = ServerSession(
+            self.guard,
+            clock=clock,
+            owner_uid=os.getuid(),
+            pid=os.getpid(),
+            tick=tick,
+            max_frame=max_frame,
+            fill_command=self._fill_command,
+        )
+        stats = self.session.stats
+        stats.socket, stats.operator_socket = str(self.socket_path), str(self.operator_path)
+        self.session.on_stats = self._refresh_stats
+        self.conns: dict[Channel, _Conn] = {}
+        self.incidents = QueuedIncidentLog(self.guard.config.incident_log, on_error=self._incident_error)
         self.watcher: ConfigWatcher | None = None
         if sources is not None and config is None:
             self.watcher = ConfigWatcher(sources, on_change=self._config_loaded, on_error=self._config_failed)
-        self.started = self.clock()
-        self.stats_frame_too_large = 0
-        self._conns: set[_Conn] = set()
-        self._meta: dict[str, list[Any]] = {}  # agent -> [harness, parent, set of _Conn]
-        self._dirty: set[str] = set()
-        self._known: set[str] = set()  # agents the subscribers know about
-        self._trips: deque[dict[str, Any]] = deque(maxlen=MAX_TRIPS_PER_TICK)
-        self._config_dirty = True
         self._config_error: str | None = None
-        self._seq = 0
-        self._stats_sent: tuple[Any, ...] = ()
-        self._server: asyncio.AbstractServer | None = None
-        self._lock_fd: int | None = None
+        self.store = StateStore(Path(state_path), hash_seed, on_error=self._state_error) if state_path else None
+        self._servers: dict[Path, asyncio.AbstractServer] = {}
+        self._locks: list[int] = []
         self._tasks: list[asyncio.Task[Any]] = []
-        self._commands: set[asyncio.Task[None]] = set()  # running interrupt commands
+        self._commands: deque[CommandJob] = deque()
+        self._running_commands: set[asyncio.Task[None]] = set()
         self.interrupt_timeout = INTERRUPT_COMMAND_TIMEOUT
+        self._config_lock: asyncio.Lock | None = None
+        self._pump_scheduled = False
+        self._save_wanted: asyncio.Event | None = None
+        self._waiting_for_save: list[DurableJob] = []
+        self._bound: dict[Path, tuple[int, int]] = {}  # socket path -> (device, inode) as bound
+        self.woken_again = False
+        self._saved_checks = -1
+        self._saved_guard_at = 0.0
         self._stopped = asyncio.Event()
-        self._ops: dict[str, Callable[[_Conn, dict[str, Any]], dict[str, Any] | None]] = {
-            "hello": self._op_hello,
-            "agent_end": self._op_agent_end,
-            "subscribe": self._op_subscribe,
-            "unsubscribe": self._op_unsubscribe,
-            "interrupt": self._op_interrupt,
-            "uninterrupt": self._op_uninterrupt,
-            "reset": self._op_reset,
-            "pause": self._op_pause,
-            "resume": self._op_resume,
-            "config_get": self._op_config_get,
-            "snapshot": self._op_snapshot,
-            "stats": self._op_stats,
-            "ping": lambda conn, msg: {"pong": True},
-        }
 
     # -- lifecycle ----------------------------------------------------------------------------
 
     async def start(self) -> None:
-        """Take the socket path (refusing a live holder), bind it 0600, start watching the config."""
-        path = self.socket_path
-        try:
-            check_length(path)
-            ensure_private_dir(path.parent)
-        except SocketPathError as exc:
-            raise ServerError(str(exc)) from None
-        self._take_lock(path)
-        try:
-            self._clear_stale(path)
-            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            old = os.umask(0o177)
+        """Take both socket paths (refusing a live holder), load the saved state and the config, listen."""
+        self._config_lock = asyncio.Lock()
+        self._save_wanted = asyncio.Event()
+        env_hint = f"--operator-socket PATH / ${OPERATOR_SOCKET_ENV}"
+        for path, hint in ((self.socket_path, None), (self.operator_path, env_hint)):
             try:
-                sock.bind(str(path))
-            finally:
-                os.umask(old)
-            os.chmod(path, 0o600)
-            sock.setblocking(False)
+                check_length(path)
+                if hint is None:
+                    ensure_private_dir(path.parent)
+                else:
+                    ensure_private_dir(path.parent, override=hint)
+            except SocketPathError as exc:
+                raise ServerError(str(exc)) from None
+        if self.operator_path.parent == self.socket_path.parent:
+            raise ServerError(
+                f"the operator's socket {self.operator_path} is in the harness socket's directory: it needs a "
+                "directory of its own, so that reaching one does not reach the other"
+            )
+        try:
+            for path in (self.socket_path, self.operator_path):
+                self._take_lock(path)
+            if self.watcher is not None and self.sources is not None:
+                for removed in clean_stale_temps(self.sources):
+                    log.info("removed %s, left by a write that was killed", removed)
+                await self.watcher.reload_async()
+                if self.watcher.current is None and self.watcher.error is not None:
+                    log.error("config not loaded, running with the built-in defaults: %s", self.watcher.error)
+            self._restore()
             loop = asyncio.get_running_loop()
-            # A burst of hook processes connects at once; the kernel caps this at net.core.somaxconn.
-            self._server = await loop.create_unix_server(lambda: _Conn(self), sock=sock, backlog=4096)
+            for path, plane in ((self.socket_path, HARNESS), (self.operator_path, OPERATOR)):
+                sock = self._bind(path)
+                # A burst of hook processes connects at once; the kernel caps this at net.core.somaxconn.
+                server = await loop.create_unix_server(self._factory(plane), sock=sock, backlog=4096)
+                self._servers[path] = server
         except BaseException:
-            self._release_lock()
+            self._close_servers()
+            self._release_locks()
+            if self.store is not None:
+                self.store.close()
             raise
+        if peer_option() is None:
+            log.warning(
+                "this platform (%s) cannot name a socket peer's user: only the sockets' private (0700) directories "
+                "keep other users out",
+                sys.platform,
+            )
         if self.watcher is not None:
-            self.watcher.reload()
-            if self.watcher.current is None and self.watcher.error is not None:
-                log.error("config not loaded, running with the built-in defaults: %s", self.watcher.error)
-            self._tasks.append(asyncio.create_task(self.watcher.run(self._stopped), name="config-watch"))
+            self._tasks.append(asyncio.create_task(self.watcher.run(self._stopped, reload=self._reload), name="watch"))
         self._tasks.append(asyncio.create_task(self._ticker(), name="subscriber-tick"))
-        log.info("guard %s listening on %s (pid %d, protocol %d)", __version__, path, os.getpid(), PROTOCOL_VERSION)
+        if self.store is not None and self.store.running:
+            self._tasks.append(asyncio.create_task(self._saver(), name="state-saver"))
+        log.info(
+            "guard %s listening on %s (harnesses) and %s (operator); pid %d, protocol %d",
+            __version__,
+            self.socket_path,
+            self.operator_path,
+            os.getpid(),
+            PROTOCOL_VERSION,
+        )
+
+    def _factory(self, plane: str) -> Callable[[], _Conn]:
+        return lambda: _Conn(self, plane)
+
+    def _bind(self, path: Path) -> socket.socket:
+        self._clear_stale(path)
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        old = os.umask(0o177)
+        try:
+            sock.bind(str(path))
+        finally:
+            os.umask(old)
+        os.chmod(path, 0o600)
+        sock.setblocking(False)
+        st = os.stat(path)
+        self._bound[path] = (st.st_dev, st.st_ino)
+        return sock
 
     def _take_lock(self, path: Path) -> None:
         lock_path = path.with_name(path.name + ".lock")
@@ -292,12 +322,17 @@ class GuardServer:
             raise ServerError(f"another guard is already serving {path}: {_describe_pid(holder)}") from None
         os.ftruncate(fd, 0)
         os.write(fd, f"{os.getpid()}\n".encode())
-        self._lock_fd = fd
+        self._locks.append(fd)
 
-    def _release_lock(self) -> None:
-        if self._lock_fd is not None:
-            os.close(self._lock_fd)  # closing releases the flock
-            self._lock_fd = None
+    def _release_locks(self) -> None:
+        for fd in self._locks:
+            os.close(fd)  # closing releases the flock
+        self._locks.clear()
+
+    def _close_servers(self) -> None:
+        for server in self._servers.values():
+            server.close()
+        self._servers.clear()
 
     @staticmethod
     def _clear_stale(path: Path) -> None:
@@ -327,21 +362,141 @@ class GuardServer:
         if self._stopped.is_set():
             return
         self._stopped.set()
-        if self._server is not None:
-            self._server.close()
-        for conn in list(self._conns):
-            conn.close()
-        for task in [*self._tasks, *self._commands]:
+        self._close_servers()
+        for conn in list(self.conns.values()):
+            if conn.transport is not None:
+                conn.transport.close()
+        for task in [*self._tasks, *self._running_commands]:
             task.cancel()
-        for task in [*self._tasks, *self._commands]:
+        for task in [*self._tasks, *self._running_commands]:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(self.socket_path)
-        self._release_lock()
+        if self.store is not None and self.store.running:
+            await self._save(everything=True)
+            await asyncio.to_thread(self.store.close)
+        await asyncio.to_thread(self.incidents.close)
+        for path in (self.socket_path, self.operator_path):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
+        self._release_locks()
         log.info("guard stopped")
 
-    # -- config -------------------------------------------------------------------------------
+    # -- output and jobs ------------------------------------------------------------------------
+
+    def flush(self) -> None:
+        """Write every woken connection's output, and start the jobs the session asked for."""
+        session = self.session
+        self.woken_again = True
+        while self.woken_again:
+            self.woken_again = False
+            while session.woken:
+                ch = session.woken.pop()
+                conn = self.conns.get(ch)
+                if conn is not None:
+                    conn.write_out()
+            self._start_jobs()
+
+    def _start_jobs(self) -> None:
+        session = self.session
+        jobs = session.jobs
+        while jobs:
+            job = jobs.popleft()
+            if isinstance(job, IncidentJob):
+                if not self.incidents.record(
+                    kind=job.kind, tool=job.tool, count=job.count, limit=job.limit, agent=job.agent, when=job.when
+                ):
+                    session.stats.incidents_dropped = self.incidents.dropped
+            elif isinstance(job, DurableJob):
+                if self.store is not None and self.store.running and self._save_wanted is not None:
+                    self._waiting_for_save.append(job)  # one save answers every change made before it
+                    self._save_wanted.set()
+                else:
+                    session.complete(job.channel, job.slot, job.data)
+                    self.woken_again = True
+            elif isinstance(job, ConfigJob):
+                self._spawn(self._config_set(job))
+            elif isinstance(job, CommandJob):
+                self._queue_command(job)
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._running_commands.add(task)
+        task.add_done_callback(self._running_commands.discard)
+
+    def wake_pump(self) -> None:
+        """Frames may be waiting for a subscriber that just caught up: build them soon."""
+        if not self._pump_scheduled:
+            self._pump_scheduled = True
+            self._spawn(self._pump())
+
+    async def _pump(self) -> None:
+        try:
+            while True:
+                more = self.session.pump()
+                self.flush()
+                if not more:
+                    return
+                await asyncio.sleep(0)  # a part at a time: checks are answered in between
+        finally:
+            self._pump_scheduled = False
+
+    async def _ticker(self) -> None:
+        ticks = 0
+        while True:
+            await asyncio.sleep(self.tick)
+            ticks += 1
+            if ticks % 10 == 0:
+                await self._check_sockets()
+            try:
+                self._refresh_stats()
+                self.session.tick(time.monotonic())
+                self.flush()
+                self.wake_pump()
+            except Exception:  # never let a display bug stop the guard
+                log.exception("publishing state to subscribers failed")
+
+    async def _check_sockets(self) -> None:
+        """A socket file removed from under the guard (a tool call in a sandbox that may write the
+        directory can) would make every harness fail open: bind it again, and say so. One replaced
+        by another process's is never touched: the log says whose it may be."""
+        for path, (dev, ino) in list(self._bound.items()):
+            try:
+                st = os.lstat(path)
+            except FileNotFoundError:
+                log.error("the socket %s was removed while the guard was serving it; listening there again", path)
+                self._servers[path].close()
+                plane = HARNESS if path == self.socket_path else OPERATOR
+                try:
+                    sock = self._bind(path)
+                    new = await asyncio.get_running_loop().create_unix_server(
+                        self._factory(plane), sock=sock, backlog=4096
+                    )
+                except OSError as exc:
+                    log.error("cannot listen on %s again: %s", path, exc)
+                    continue
+                self._servers[path] = new
+                continue
+            except OSError:
+                continue
+            if (st.st_dev, st.st_ino) != (dev, ino):
+                log.error(
+                    "the socket %s was replaced by another file (owner uid %d) while the guard served it: harnesses "
+                    "may be talking to an impostor; the guard leaves it alone",
+                    path,
+                    st.st_uid,
+                )
+                self._bound[path] = (st.st_dev, st.st_ino)  # say it once
+
+    def _refresh_stats(self) -> None:
+        stats = self.session.stats
+        stats.incident_log = self.incidents.path
+        stats.incident_log_error = self.incidents.last_error
+        stats.incidents_dropped = self.incidents.dropped
+        if self.store is not None:
+            stats.state_file = str(self.store.path)
+            stats.state_error = self.store.error
+
+    # -- config ---------------------------------------------------------------------------------
 
     def _config_loaded(self, loaded: Loaded) -> None:
         self._apply(loaded.effective)
@@ -349,148 +504,147 @@ class GuardServer:
         for note in loaded.notes:
             log.warning("config: %s", note)
         log.info("config in force from %s", loaded.config_from or "the built-in defaults")
+        self.session.set_config_frame(self._config_frame())
 
     def _config_failed(self, error: ConfigError) -> None:
         self._config_error = str(error)
-        self._config_dirty = True
+        self.session.set_config_frame(self._config_frame())
 
     def _apply(self, config: Config) -> None:
         self.guard.config = config
         self.incidents.path = config.incident_log
-        self._config_dirty = True
-        self._dirty.update(self.guard.agents())  # window, limits and status of every agent may change
 
     def _incident_error(self, message: str) -> None:
         log.warning("%s (decisions are unaffected)", message)
 
-    # -- the hot path -------------------------------------------------------------------------
-
-    def _handle(self, conn: _Conn, frame: bytes) -> bytes | None:
-        try:
-            msg = decode(frame)
-        except ProtocolError as exc:
-            return error_reply(exc.request_id, exc.code, exc.message)
-        op = msg["op"]
-        rid = msg.get("id")
-        if op == "check":
-            return self._check(conn, rid, msg)
-        if op == "config_set":
-            asyncio.get_running_loop().create_task(self._config_set(conn, rid, msg["changes"]))
-            return None
-        try:
-            reply = self._ops[op](conn, msg)
-        except Exception as exc:  # a bug in an operator op must not take the connection down
-            log.exception("op %s failed", op)
-            return error_reply(rid, "internal", f"{op} failed: {exc}")
-        if reply is None:
-            return None
-        reply["id"] = rid
-        return _dumps(reply) + b"\n"
-
-    def _check(self, conn: _Conn, rid: Any, msg: dict[str, Any]) -> bytes:
-        agent = msg["agent"]
-        tool = msg["tool"]
-        now = self.clock()
-        meta = self._meta.get(agent)
-        if meta is None:
-            meta = self._meta[agent] = [msg.get("harness") or conn.harness, msg.get("parent"), set()]
-            if len(self._meta) > 2 * self.guard.config.max_agents:
-                self._prune_meta()
-        if conn not in meta[2]:
-            meta[2].add(conn)
-            conn.agents.add(agent)
-        args = _UNJUDGEABLE if msg.get("args_unserializable") is True else msg.get("args")
-        v = self.guard.check(agent, tool, args, now)
-        if v.counted or not v.allowed:
-            self._dirty.add(agent)
-        if v.allowed:
-            return _dumps({"id": rid, "decision": "allow"}) + b"\n"
-        if v.first:
-            self._trip(agent, tool, v.kind or "", v.count, v.limit, now)
-        return (
-            _dumps(
-                {"id": rid, "decision": "deny", "kind": v.kind, "reason": v.reason, "count": v.count, "limit": v.limit}
-            )
-            + b"\n"
+    def _config_frame(self) -> ConfigFrame:
+        loaded = self.watcher.current if self.watcher is not None else None
+        target = None
+        if loaded is not None:
+            with contextlib.suppress(ConfigError):
+                target = str(loaded.write_target())
+        return ConfigFrame(
+            values=self.guard.config.to_mapping(),
+            disabled=bool(loaded and loaded.disabled),
+            source=str(loaded.config_from.path) if loaded and loaded.config_from else None,
+            target=target,
+            layers=[str(layer.path) for layer in loaded.layers] if loaded else [],
+            notes=list(loaded.notes) if loaded else list(self.guard.config.warnings),
+            error=self._config_error,
         )
 
-    def _trip(self, agent: str, tool: str, kind: str, count: int, limit: int, now: float) -> None:
-        self.incidents.record(kind=kind, tool=tool, count=count, limit=limit, agent=agent, when=now)
-        self._trips.append({"time": now, "agent": agent, "kind": kind, "tool": tool, "count": count, "limit": limit})
-        log.info("trip %s: agent %r, tool %r, %d/%d", kind, agent, tool, count, limit)
+    async def _reload(self) -> bool:
+        """A reload by the file watch: one at a time with config writes, the parse off the loop."""
+        assert self._config_lock is not None and self.watcher is not None
+        async with self._config_lock:
+            return await self.watcher.reload_async()
 
-    def _prune_meta(self) -> None:
-        keep = set(self.guard.agents()) | set(self.guard.interrupted_agents())
-        for agent in [a for a in self._meta if a not in keep]:
-            self._drop_meta(agent)
+    def _write_changes(self, changes: dict[str, Any]) -> tuple[Loaded, Path]:
+        """On a worker thread: read the layers as they are now, apply `changes` on top, write the target
+        layer only if nobody changed it meanwhile (else read again and retry), read back what is in force."""
+        assert self.sources is not None
+        for _ in range(CONFIG_WRITE_TRIES):
+            loaded = load(self.sources)
+            target = loaded.write_target()
+            base = read_text(target)
+            current = load(self.sources)  # read after `base`: a change in between is caught by the write
+            new = Config.from_mapping({**current.config.to_mapping(), **changes})
+            try:
+                write_config(target, new, based_on=NO_FILE if base is None else base)
+            except PatchConflict:
+                continue
+            return load(self.sources), target
+        raise ConfigError(f"the patch layer kept changing while it was written ({CONFIG_WRITE_TRIES} tries); try again")
 
-    def _drop_meta(self, agent: str) -> None:
-        meta = self._meta.pop(agent, None)
-        if meta is not None:
-            for conn in meta[2]:
-                conn.agents.discard(agent)
+    async def _config_set(self, job: ConfigJob) -> None:
+        session = self.session
+        try:
+            reply = await self._config_change(job.changes)
+        except Exception as exc:  # a bug here must not leave the connection's replies stuck
+            log.exception("config_set failed")
+            reply = ErrorReply("internal", f"config_set failed: {exc}")
+        if session.complete(job.channel, job.slot, reply.encode(job.rid)):
+            conn = self.conns.get(job.channel)
+            if conn is not None:
+                conn.schedule_turn()
+        self.flush()
 
-    def _forget(self, conn: _Conn) -> None:
-        self._conns.discard(conn)
-        for agent in conn.agents:
-            meta = self._meta.get(agent)
-            if meta is not None:
-                meta[2].discard(conn)
-        conn.agents.clear()
+    async def _config_change(self, changes: dict[str, Any]) -> ConfigReply | ErrorReply:
+        """Validate, write the patch layer (off the loop, one write at a time), apply; the reply comes
+        only once the change is on disk and in force."""
+        assert self._config_lock is not None
+        async with self._config_lock:
+            if self.watcher is None:
+                try:
+                    new = Config.from_mapping({**self.guard.config.to_mapping(), **changes})
+                except ConfigError as exc:
+                    return _bad_config(exc)
+                self._apply(new)
+                self.session.set_config_frame(self._config_frame())
+                log.info("config set by the operator %s; in memory only (no patch layer)", changes)
+                return ConfigReply(self._config_frame(), None, set=True)
+            try:
+                loaded, target = await asyncio.to_thread(self._write_changes, changes)
+            except PatchConflict as exc:
+                return ErrorReply("write_failed", f"config not saved: {exc}")
+            except ConfigError as exc:
+                if self.watcher.current is None and self.watcher.error is not None:
+                    return ErrorReply("config_broken", f"fix the patch layer first: {self.watcher.error}")
+                if getattr(exc, "path", None) is not None:  # a PatchError: the file, not the values
+                    return ErrorReply("write_failed", f"config not saved: {exc}")
+                return _bad_config(exc)
+            except OSError as exc:
+                return ErrorReply("write_failed", f"config not saved: {exc.strerror or exc}")
+            self.watcher.accept(loaded)
+            log.info("config set by the operator %s; written to %s", changes, target)
+            return ConfigReply(self._config_frame(), str(target), set=True)
 
-    # -- operator and lifecycle ops -----------------------------------------------------------
+    # -- interrupt commands ---------------------------------------------------------------------
 
-    def _op_hello(self, conn: _Conn, msg: dict[str, Any]) -> dict[str, Any]:
-        conn.harness = msg.get("harness") or ""
-        conn.role = msg.get("role") or "harness"
-        conn.capabilities = [c for c in msg.get("capabilities") or [] if isinstance(c, str)][:32]
-        return {
-            "server": "cbconsole-guard",
-            "version": __version__,
-            "protocol": PROTOCOL_VERSION,
-            "pid": os.getpid(),
-            "socket": str(self.socket_path),
-            "max_frame": self.max_frame,
-        }
+    def _fill_command(self, agent: str, reason: str) -> list[str] | None:
+        template = self.guard.config.interrupt_command
+        return fill_command(template, agent, reason) if template else None
 
-    def _op_agent_end(self, conn: _Conn, msg: dict[str, Any]) -> dict[str, Any]:
-        agent = msg["agent"]
-        known = self.guard.end_agent(agent)
-        self._drop_meta(agent)
-        self._dirty.discard(agent)
-        return {"ok": True, "known": known}
+    def _queue_command(self, job: CommandJob) -> None:
+        if any(queued.agent == job.agent for queued in self._commands):
+            return  # already waiting for this agent: once is enough
+        if len(self._commands) >= INTERRUPT_COMMANDS_QUEUED:
+            self.session.stats.commands_dropped += 1
+            if self.session.stats.commands_dropped == 1 or self.session.stats.commands_dropped % 100 == 0:
+                log.warning(
+                    "interrupt command for agent %r dropped: %d commands already wait (%d dropped so far)",
+                    job.agent,
+                    len(self._commands),
+                    self.session.stats.commands_dropped,
+                )
+            return
+        self._commands.append(job)
+        self._start_commands()
 
-    def _op_subscribe(self, conn: _Conn, msg: dict[str, Any]) -> dict[str, Any]:
-        conn.subscribed = True
-        conn.needs_full = True
-        conn.role = conn.role or "console"
-        return {"ok": True, "tick": self.tick}
+    @property
+    def commands_in_flight(self) -> int:
+        """Interrupt commands waiting or running."""
+        running = sum(1 for t in self._running_commands if t.get_name() == "interrupt-command")
+        return len(self._commands) + running
 
-    def _op_unsubscribe(self, conn: _Conn, msg: dict[str, Any]) -> dict[str, Any]:
-        conn.subscribed = False
-        return {"ok": True}
+    def _start_commands(self) -> None:
+        running = sum(1 for t in self._running_commands if t.get_name() == "interrupt-command")
+        while self._commands and running < INTERRUPT_COMMANDS_AT_ONCE and not self._stopped.is_set():
+            job = self._commands.popleft()
+            task = asyncio.get_running_loop().create_task(
+                self._interrupt_command(job.argv, job.agent), name="interrupt-command"
+            )
+            self._running_commands.add(task)
+            task.add_done_callback(self._command_done)
+            running += 1
 
-    def _op_interrupt(self, conn: _Conn, msg: dict[str, Any]) -> dict[str, Any]:
-        agent = msg["agent"]
-        reason = msg.get("reason") or ""
-        self.guard.interrupt(agent, reason)
-        self._dirty.add(agent)
-        frame = _dumps({"event": "interrupt", "agent": agent, "reason": reason}) + b"\n"
-        meta = self._meta.get(agent)
-        targets = list(meta[2]) if meta is not None else []
-        for target in targets:
-            target.send(frame)
-        log.info("interrupt: agent %r (%s); told %d connection(s)", agent, reason or "no reason given", len(targets))
-        if self.guard.config.interrupt_command:
-            argv = fill_command(self.guard.config.interrupt_command, agent, reason)
-            task = asyncio.get_running_loop().create_task(self._interrupt_command(argv, agent))
-            self._commands.add(task)
-            task.add_done_callback(self._commands.discard)
-        return {"ok": True, "notified": len(targets)}
+    def _command_done(self, task: asyncio.Task[None]) -> None:
+        self._running_commands.discard(task)
+        if not self._stopped.is_set():
+            self._start_commands()
 
     async def _interrupt_command(self, argv: list[str], agent: str) -> None:
-        """Run the operator's interrupt command (no shell), bounded in time and output; log how it
-        ended. Whatever happens to it, the guard goes on: this is a task of its own."""
+        """Run the operator's interrupt command (no shell), bounded in time and output; log how it ended."""
         try:
             proc = await asyncio.create_subprocess_exec(
                 *argv,
@@ -499,7 +653,17 @@ class GuardServer:
                 stderr=asyncio.subprocess.STDOUT,
                 start_new_session=True,  # its own process group: a timeout kills its children too
             )
-        except (OSError, ValueError) as exc:
+        except OSError as exc:
+            if exc.errno in (24, 23):  # EMFILE, ENFILE
+                log.warning(
+                    "interrupt command for agent %r could not start: out of file descriptors (%s); checks go on",
+                    agent,
+                    exc,
+                )
+            else:
+                log.warning("interrupt command for agent %r could not start (%s): %s", agent, argv[0], exc)
+            return
+        except ValueError as exc:
             log.warning("interrupt command for agent %r could not start (%s): %s", agent, argv[0], exc)
             return
         kept = bytearray()
@@ -528,203 +692,100 @@ class GuardServer:
         level = logging.INFO if proc.returncode == 0 else logging.WARNING
         log.log(level, "interrupt command for agent %r exited %s; output: %s", agent, proc.returncode, _shown(kept))
 
-    def _op_uninterrupt(self, conn: _Conn, msg: dict[str, Any]) -> dict[str, Any]:
-        self._dirty.add(msg["agent"])
-        return {"ok": True, "known": self.guard.uninterrupt(msg["agent"])}
+    # -- the state file -------------------------------------------------------------------------
 
-    def _op_reset(self, conn: _Conn, msg: dict[str, Any]) -> dict[str, Any]:
-        self._dirty.add(msg["agent"])
-        return {"ok": True, "known": self.guard.reset(msg["agent"])}
-
-    def _op_pause(self, conn: _Conn, msg: dict[str, Any]) -> dict[str, Any]:
-        self.guard.pause()
-        log.info("guard paused: every call is allowed and not recorded")
-        return {"ok": True, "paused": True}
-
-    def _op_resume(self, conn: _Conn, msg: dict[str, Any]) -> dict[str, Any]:
-        self.guard.resume()
-        log.info("guard resumed")
-        return {"ok": True, "paused": False}
-
-    def _op_config_get(self, conn: _Conn, msg: dict[str, Any]) -> dict[str, Any]:
-        return {"config": self._config_frame()}
-
-    def _op_snapshot(self, conn: _Conn, msg: dict[str, Any]) -> dict[str, Any]:
-        return {"state": self._state(full=True, top=min(max(msg.get("top", 10), 0), 1000))}
-
-    def _op_stats(self, conn: _Conn, msg: dict[str, Any]) -> dict[str, Any]:
-        return {"stats": self._stats()}
-
-    async def _config_set(self, conn: _Conn, rid: Any, changes: dict[str, Any]) -> None:
-        """Validate, write the patch layer (off the loop's thread), apply, answer."""
-        try:
-            mapping = {**self.guard.config.to_mapping(), **changes}
-            if self.watcher is not None and self.watcher.current is not None:
-                # Write what the layer says, not the effective config (`disabled: true` stays the row's business).
-                mapping = {**self.watcher.current.config.to_mapping(), **changes}
-            new = Config.from_mapping(mapping)
-        except ConfigError as exc:
-            problems = [{"key": p.key, "expected": p.expected, "found": p.found} for p in exc.problems]
-            conn.send(
-                _dumps({"id": rid, "error": {"code": "bad_config", "message": str(exc), "problems": problems}}) + b"\n"
+    def _restore(self) -> None:
+        if self.store is None:
+            return
+        loaded = self.store.open()
+        for note in loaded.notes:
+            log.warning("state: %s", note)
+        if loaded.agents or loaded.guard is not None:
+            guard_record = loaded.guard or GuardRecord()
+            self.session.restore(
+                ((r.state, r.harness, r.parent) for r in loaded.agents),
+                guard_record.interrupts,
+                paused=guard_record.paused,
+                checks=guard_record.checks,
+                denies=guard_record.denies,
+                windows=loaded.windows,
             )
+            log.info(
+                "state restored from %s: %d agent(s), %d interrupt(s)%s",
+                self.store.path,
+                len(loaded.agents),
+                len(guard_record.interrupts),
+                ", guard paused" if guard_record.paused else "",
+            )
+        self.session.stats.state_file = str(self.store.path)
+        self._saved_checks = self.guard.checks
+
+    def _state_error(self, message: str) -> None:
+        self.session.stats.state_error = message
+
+    def _guard_record(self) -> GuardRecord:
+        interrupts = []
+        for agent, reason, denies in self.guard.interrupts():
+            meta = self.session.meta.get(agent)
+            interrupts.append((agent, reason, denies, meta.harness if meta else "", meta.parent if meta else None))
+        return GuardRecord(self.guard.paused, self.guard.checks, dict(self.guard.denies), interrupts)
+
+    async def _save(self, *, everything: bool = False) -> None:
+        """Hand what changed to the state file's thread, a slice at a time; returns once it is on disk."""
+        store, session = self.store, self.session
+        if store is None or not store.running:
             return
-        written: str | None = None
-        if self.watcher is not None:
-            loaded = self.watcher.current
-            if loaded is None:
-                conn.send(error_reply(rid, "config_broken", f"fix the patch layer first: {self.watcher.error}"))
-                return
-            try:
-                written = str(await asyncio.to_thread(write_config, loaded.write_target(), new))
-            except (ConfigError, OSError) as exc:
-                conn.send(error_reply(rid, "write_failed", f"config not saved: {exc}"))
-                return
-            self.watcher.reload()  # apply now; the file watch will see the same file
-        else:
-            self._apply(new)
-        log.info("config set by a client %s; written to %s", changes, written or "(no patch layer: memory only)")
-        conn.send(_dumps({"id": rid, "ok": True, "config": self._config_frame(), "written": written}) + b"\n")
-
-    # -- state for subscribers ----------------------------------------------------------------
-
-    def _config_frame(self) -> dict[str, Any]:
-        loaded = self.watcher.current if self.watcher is not None else None
-        target = None
-        if loaded is not None:
-            with contextlib.suppress(ConfigError):
-                target = str(loaded.write_target())
-        return {
-            "values": self.guard.config.to_mapping(),
-            "disabled": bool(loaded and loaded.disabled),
-            "source": str(loaded.config_from.path) if loaded and loaded.config_from else None,
-            "target": target,
-            "layers": [str(layer.path) for layer in loaded.layers] if loaded else [],
-            "notes": list(loaded.notes) if loaded else list(self.guard.config.warnings),
-            "error": self._config_error,
-        }
-
-    def _stats(self) -> dict[str, Any]:
-        harnesses: dict[str, int] = {}
-        for conn in self._conns:
-            # A harness: said hello as one, or asked for a check. Consoles and one-off queries are not.
-            if not conn.subscribed and conn.role != "console" and (conn.harness or conn.agents):
-                name = conn.harness or "unknown"
-                harnesses[name] = harnesses.get(name, 0) + 1
-        return {
-            "checks": self.guard.checks,
-            "denies": dict(self.guard.denies),
-            "agents": len(self.guard),
-            "connections": len(self._conns),
-            "harnesses": harnesses,
-            "paused": self.guard.paused,
-            "uptime": self.clock() - self.started,
-            "pid": os.getpid(),
-            "socket": str(self.socket_path),
-            "incident_log": self.incidents.path,
-            "incident_log_error": self.incidents.last_error,
-            "frames_too_large": self.stats_frame_too_large,
-        }
-
-    def _agent_frame(self, view: AgentView) -> dict[str, Any]:
-        meta = self._meta.get(view.agent)
-        return {
-            "agent": view.agent,
-            "harness": meta[0] if meta else "",
-            "parent": meta[1] if meta else None,
-            "calls": view.calls,
-            "window_fill": view.window_fill,
-            "window": view.window,
-            "cap": view.cap,
-            "worst_count": view.worst_count,
-            "worst_tool": view.worst_tool,
-            "worst_preview": view.worst_preview,
-            "duplicate_limit": view.duplicate_limit,
-            "trips": view.trips,
-            "status": view.status,
-            "last_tool": view.last_tool,
-            "last_seen": view.last_seen,
-            "interrupt_reason": view.interrupt_reason,
-        }
-
-    def _state(self, *, full: bool, top: int = 10) -> dict[str, Any]:
-        guard = self.guard
-        ids = set(guard.agents()) | set(guard.interrupted_agents())
-        wanted = ids if full else (self._dirty & ids)
-        views = [guard.agent_view(a) for a in wanted]
-        return {
-            "full": full,
-            "time": self.clock(),
-            "agents": [self._agent_frame(v) for v in views if v is not None],
-            "gone": [] if full else sorted(self._known - ids),
-            "top_keys": [
-                {"agent": k.agent, "tool": k.tool, "preview": k.preview, "count": k.count} for k in guard.top_keys(top)
-            ],
-            "stats": self._stats(),
-        }
-
-    async def _ticker(self) -> None:
+        items: list[Any] = []
         while True:
-            await asyncio.sleep(self.tick)
-            try:
-                self._publish()
-            except Exception:  # never let a display bug stop the guard
-                log.exception("publishing state to subscribers failed")
-
-    def _publish(self) -> None:
-        subscribers = [c for c in self._conns if c.subscribed and not c.closing]
-        if not subscribers:
-            self._dirty.clear()
-            self._trips.clear()
-            self._known = set()
-            return
+            batch, more = session.take_unsaved(SAVE_SLICE)
+            items.extend(batch)
+            if not more:
+                break
+            await asyncio.sleep(0)  # exporting thousands of agents: checks are answered in between
         now = time.monotonic()
-        trips = list(self._trips)
-        self._trips.clear()
-        config = self._config_frame() if self._config_dirty else None
-        self._config_dirty = False
-        delta: bytes | None = None
-        full: bytes | None = None
-        self._seq += 1
-        for conn in subscribers:
-            if conn.backlog() > SLOW_SUBSCRIBER:
-                conn.needs_full = True  # it misses this delta; it gets the whole state when it catches up
-                if conn.behind_since is None:
-                    conn.behind_since = now
-                elif now - conn.behind_since > DROP_AFTER:
-                    log.warning("dropped a subscriber (pid %s) that read nothing for %.0f s", conn.peer_pid, DROP_AFTER)
-                    conn.close()
-                continue
-            conn.behind_since = None
-            if conn.needs_full:
-                if full is None:
-                    state = self._state(full=True)
-                    state.update(event="state", seq=self._seq, trips=trips, config=self._config_frame())
-                    full = _dumps(state) + b"\n"
-                conn.send(full)
-                conn.needs_full = False
-            else:
-                if delta is None:
-                    stats_changed = self._stats_signature() != self._stats_sent
-                    if not (self._dirty or trips or config or stats_changed or self._known_changed()):
-                        delta = b""
-                    else:
-                        state = self._state(full=False)
-                        state.update(event="state", seq=self._seq, trips=trips, config=config)
-                        delta = _dumps(state) + b"\n"
-                if delta:
-                    conn.send(delta)
-        self._dirty.clear()
-        self._known = set(self.guard.agents()) | set(self.guard.interrupted_agents())
-        self._stats_sent = self._stats_signature()
+        counters_due = self.guard.checks != self._saved_checks and now - self._saved_guard_at > 2.0
+        if session.unsaved_guard or counters_due or everything:
+            session.unsaved_guard = False
+            self._saved_checks, self._saved_guard_at = self.guard.checks, now
+            items.append(self._guard_record())
+        if not items:
+            return
+        done = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
 
-    def _stats_signature(self) -> tuple[Any, ...]:
-        """What the header shows, cheaply: a change here is worth a frame even if no agent changed."""
-        guard = self.guard
-        return (guard.checks, tuple(guard.denies.values()), guard.paused, len(self._conns), self.incidents.last_error)
+        def settle() -> None:
+            if not done.done():
+                done.set_result(None)
 
-    def _known_changed(self) -> bool:
-        return len(self._known) != len(self.guard) + len(self.guard.interrupted_agents())
+        def written() -> None:
+            loop.call_soon_threadsafe(settle)
+
+        store.save(items, written)
+        await done
+
+    async def _saver(self) -> None:
+        """Save what changed every SAVE_EVERY seconds, and at once when an operator's change waits
+        for it; every change that waited is answered by the save that started after it."""
+        assert self._save_wanted is not None
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._save_wanted.wait(), SAVE_EVERY)
+            self._save_wanted.clear()
+            waiting, self._waiting_for_save = self._waiting_for_save, []
+            try:
+                await self._save()
+            except Exception:
+                log.exception("saving the guard's state failed")
+            finally:
+                for job in waiting:
+                    self.session.complete(job.channel, job.slot, job.data)
+                if waiting:
+                    self.flush()
+
+
+def _bad_config(exc: ConfigError) -> ErrorReply:
+    problems = [{"key": p.key, "expected": p.expected, "found": p.found} for p in exc.problems]
+    return ErrorReply("bad_config", str(exc), problems)
 
 
 def fill_command(template: tuple[str, ...] | list[str], agent: str, reason: str) -> list[str]:
@@ -749,14 +810,21 @@ def _shown(output: bytes | bytearray) -> str:
 
 
 def _describe_pid(text: str) -> str:
+    """`pid 4242 (cbconsole --headless …)`: the command line where /proc has it, else `ps`, else the pid."""
     try:
         pid = int(text)
     except ValueError:
         return "a process whose pid is unknown"
+    cmdline = ""
     try:
         cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
     except OSError:
-        cmdline = ""
+        import subprocess
+
+        with contextlib.suppress(OSError, subprocess.SubprocessError):
+            cmdline = subprocess.run(
+                ["ps", "-o", "command=", "-p", str(pid)], capture_output=True, text=True, timeout=2
+            ).stdout.strip()
     return f"pid {pid}" + (f" ({cmdline})" if cmdline else "")
 
 
@@ -772,7 +840,7 @@ def _install_uvloop() -> str:
 async def _run(server: GuardServer) -> None:
     loop = asyncio.get_running_loop()
     await server.start()
-    for sig in (signal.SIGINT, signal.SIGTERM):
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         loop.add_signal_handler(sig, lambda: asyncio.ensure_future(server.stop()))
     try:
         await server.serve_forever()
@@ -780,15 +848,11 @@ async def _run(server: GuardServer) -> None:
         await server.stop()
 
 
-def serve(
-    socket_path: str | os.PathLike[str] | None = None,
-    sources: PatchSources | None = None,
-    *,
-    config: Config | None = None,
-) -> int:
-    """Run a guard in this process until SIGINT/SIGTERM (the headless mode). Returns an exit status."""
+def serve(server: GuardServer) -> int:
+    """Run a guard in this process until SIGINT/SIGTERM/SIGHUP (the headless mode). Returns an exit status."""
     loop_name = _install_uvloop()
-    server = GuardServer(socket_path, sources, config=config)
+    # Threads (the state writer, config parsing) hand the interpreter back within a millisecond, not 5.
+    sys.setswitchinterval(0.001)
     log.info("event loop: %s", loop_name)
     try:
         asyncio.run(_run(server))

@@ -9,6 +9,7 @@ import shutil
 import signal
 import sys
 import tempfile
+import termios
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -22,12 +23,14 @@ from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen, Screen
 from textual.widgets import Footer, Input, Static
 
+from breaker.paths import default_operator_socket_path
+from breaker.protocol import ConfigFrame
 from console.link import GuardLink, LinkError
 from console.screens.config import ConfigScreen
 from console.screens.confirm import Choice, ConfirmScreen
 from console.screens.help import HelpScreen
 from console.state import ConsoleState
-from console.supervisor import GuardSupervisor, default_log_path, live_guard
+from console.supervisor import GuardSupervisor, default_log_path, live_guard, stop_process
 from console.themes import THEME_VARIABLES, load_themes
 from console.widgets.agents import AgentsTable
 from console.widgets.cells import plain
@@ -42,6 +45,9 @@ FLUSH_HZ = 10
 MUTATING = {"interrupt", "uninterrupt", "reset", "pause_guard", "edit_config", "exempt"}
 OWN_ACTIONS = MUTATING | {"mark", "freeze", "filter", "help", "clear_filter"}
 INTERRUPT_REASON = "interrupted by the operator from cbconsole"
+# The terminal closed (SIGHUP: tmux kill-session, a dropped SSH session) or the console was told to end:
+# the quit policy applies without asking, as there may be no one left to ask.
+ENDING_SIGNALS = (signal.SIGHUP, signal.SIGTERM)
 
 DEMO_PATCH = """\
 # The demo's own patch layer (a temporary file): edit it from the console, or by hand.
@@ -101,6 +107,8 @@ class CBConsole(App[int]):
         self,
         *,
         socket_path: Path,
+        operator_socket: Path | None = None,
+        state_path: str | None = None,
         mode: str = "own",
         patches: list[str] | None = None,
         profile: str | None = None,
@@ -114,6 +122,8 @@ class CBConsole(App[int]):
     ) -> None:
         super().__init__()
         self.socket_path = socket_path
+        self.operator_socket = operator_socket or default_operator_socket_path(socket_path)
+        self.state_path = state_path
         self.mode = mode
         self.patches = list(patches or [])
         self.profile = profile
@@ -135,6 +145,10 @@ class CBConsole(App[int]):
         self._drawn_at = 0.0
         self._tmp: str | None = None
         self.quitting = False
+        self._settled = asyncio.Event()  # connect() is done: every child it starts is started (or never will be)
+        self._spawning = asyncio.Lock()  # held while the driver is being started
+        self._winding_down: asyncio.Future[bool] | None = None
+        self._ending: asyncio.Task[None] | None = None
 
     # -- layout ---------------------------------------------------------------------------------
 
@@ -182,8 +196,21 @@ class CBConsole(App[int]):
         self.trips_title = self.query_one("#trips-title", Static)
         self.agents_table.focus()
         self.set_interval(1 / FLUSH_HZ, self.flush, name="flush")
-        if self.mode != "static":
+        if self.mode == "static":
+            self._settled.set()
+            return
+        loop = asyncio.get_running_loop()
+        for sig in ENDING_SIGNALS:
+            loop.add_signal_handler(sig, self._on_ending_signal, sig)
+        try:
             await self.connect()
+        finally:
+            self._settled.set()
+
+    def on_unmount(self) -> None:
+        if self.mode != "static":
+            for sig in ENDING_SIGNALS:
+                asyncio.get_running_loop().remove_signal_handler(sig)
 
     def set_theme_by_name(self, name: str) -> bool:
         for candidate in (name, f"cbconsole-{name}"):
@@ -204,13 +231,19 @@ class CBConsole(App[int]):
     async def connect(self) -> None:
         socket_path = self.socket_path
         if self.mode == "demo":
+            # Everything of the demo's guard in one private temporary directory: both sockets, its
+            # patch layer, its state file. Removing that directory leaves nothing behind.
             self._tmp = tempfile.mkdtemp(prefix="cbconsole-demo-")
-            socket_path = self.socket_path = Path(self._tmp) / "guard.sock"
+            socket_path = self.socket_path = Path(self._tmp) / "h" / "guard.sock"  # short: a long $TMPDIR fits
+            self.operator_socket = Path(self._tmp) / "o" / "operator.sock"
+            self.state_path = str(Path(self._tmp) / "state.cbstate")
             patch = Path(self._tmp) / "cordis.patch.yml"
             patch.write_text(DEMO_PATCH)
             self.patches = [str(patch)]
         if self.mode != "attach":
             hello = await asyncio.to_thread(live_guard, socket_path) if self.mode != "demo" else None
+            if self.quitting:
+                return  # ended while looking for a guard: start nothing
             if hello is not None:
                 self.state.set_guard_status("attached", f"already running (pid {hello.get('pid')})")
                 self.notify(
@@ -222,6 +255,8 @@ class CBConsole(App[int]):
                     env["DSH_HOME"] = str(Path(self._tmp or ".") / "dsh")
                 self.supervisor = GuardSupervisor(
                     socket_path,
+                    operator_socket=self.operator_socket,
+                    state=self.state_path,
                     patches=self.patches,
                     profile=self.profile,
                     log_path=self.log_path,
@@ -230,7 +265,9 @@ class CBConsole(App[int]):
                 )
                 await self.supervisor.start()
                 self.owns_guard = True
-        self.link = GuardLink(socket_path, on_frame=self.state.apply, on_status=self._link_status)
+        if self.quitting:
+            return  # ended while the guard was starting: the quit policy stops it
+        self.link = GuardLink(self.operator_socket, on_frame=self.state.apply, on_status=self._link_status)
         self.link.start()
         if self.mode in ("demo", "replay"):
             self.start_driver()
@@ -256,13 +293,16 @@ class CBConsole(App[int]):
                 "--speed",
                 str(self.speed),
             ]
-        self.driver = await asyncio.create_subprocess_exec(
-            *cmd,
-            stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.DEVNULL,
-            stderr=asyncio.subprocess.PIPE,
-            cwd=str(Path(__file__).resolve().parents[1]),
-        )
+        async with self._spawning:  # so that quitting sees either no driver or a started one, never half of one
+            if self.quitting:
+                return
+            self.driver = await asyncio.create_subprocess_exec(
+                *cmd,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.DEVNULL,
+                stderr=asyncio.subprocess.PIPE,
+                cwd=str(Path(__file__).resolve().parents[1]),
+            )
         _out, err = await self.driver.communicate()
         if self.mode == "replay" and not self.quitting:
             message = err.decode(errors="replace").strip().splitlines()[-3:] if err else []
@@ -310,6 +350,8 @@ class CBConsole(App[int]):
 
     def flush(self) -> None:
         """Draw the state (~10 Hz): only if it changed (or ages need a tick), never while frozen or in a modal."""
+        if self.quitting or not self.screen_stack:
+            return  # quitting (the terminal may be gone), or the app is closing and its screens are gone
         state = self.state
         state.sample()
         if self.frozen or isinstance(self.screen, ModalScreen):
@@ -326,7 +368,7 @@ class CBConsole(App[int]):
             table.reconcile(agents, now, state.marked, colors)
             selected = state.agents.get(table.selected or "")
             self.detail.show(selected, len(state.marked), colors)
-            limit_of = {a.id: a.data.get("duplicate_limit", 0) for a in state.agents.values()}
+            limit_of = {a.id: a.data.duplicate_limit for a in state.agents.values()}
             exempt = set(state.values.get("exempt") or [])
             self.keys_table.show(state.top_keys, limit_of, exempt, colors)
             trips = self.trips_table
@@ -409,7 +451,7 @@ class CBConsole(App[int]):
             self.notify(f"Reset the counts of {len(agents)} agent(s).", markup=False)
 
     def action_pause_guard(self) -> None:
-        if self.state.stats.get("paused"):
+        if self.state.paused:
             self.run_worker(self._set_paused("resume"))
             return
 
@@ -431,7 +473,8 @@ class CBConsole(App[int]):
         reply = await self.op(op)
         if reply is None:
             return False
-        self.state.stats = {**self.state.stats, "paused": reply.get("paused", op == "pause")}
+        if self.state.stats is not None:
+            self.state.stats.paused = reply.get("paused", op == "pause")
         self.state.version += 1
         if op == "resume":
             self.notify("Guard resumed: calls are judged again.")
@@ -443,21 +486,21 @@ class CBConsole(App[int]):
                 return
             reply = await self.op("config_set", changes=changes)
             if reply is not None:
-                if reply.get("config"):
-                    self.state.config = reply["config"]
+                if isinstance(reply.get("config"), dict):
+                    self.state.config = ConfigFrame.from_json(reply["config"])
                     self.state.version += 1
                 where = reply.get("written") or "memory only"
                 self.notify(f"Saved and applied: {', '.join(sorted(changes))} (written to {where}).", markup=False)
 
-        self.push_screen(ConfigScreen(self.state.values, self.state.config.get("target"), self.readonly), done)
+        self.push_screen(ConfigScreen(self.state.values, self.state.config.target, self.readonly), done)
 
     def selected_tool(self) -> str | None:
         if self.keys_table.has_focus and (key := self.keys_table.current()):
-            return str(key["tool"])
+            return key.tool
         agent = self.state.agents.get(self.agents_table.selected or "")
         if agent is None:
             return None
-        return agent.data.get("worst_tool") or agent.data.get("last_tool") or None
+        return agent.data.worst_tool or agent.data.last_tool or None
 
     def action_exempt(self) -> None:
         tool = self.selected_tool()
@@ -475,14 +518,15 @@ class CBConsole(App[int]):
             if removing
             else ": the guard will stop judging it for every agent (never denied, never counted)."
         )
-        target = self.state.config.get("target")
+        target = self.state.config.target
         body.append(f"\n\nWritten to {target}." if target else "")
 
         async def done(choice: str | None) -> None:
             if choice == "yes":
                 reply = await self.op("config_set", changes={"exempt": new})
                 if reply is not None:
-                    self.state.config = reply.get("config") or self.state.config
+                    if isinstance(reply.get("config"), dict):
+                        self.state.config = ConfigFrame.from_json(reply["config"])
                     self.state.version += 1
                     self.notify(("Un-exempted " if removing else "Exempted ") + tool, markup=False)
 
@@ -565,7 +609,7 @@ class CBConsole(App[int]):
         return set_theme
 
     async def action_quit(self) -> None:
-        harnesses = self.state.stats.get("harnesses") or {}
+        harnesses = self.state.harnesses
         if self.owns_guard and self.mode == "own" and not self.leave_running and harnesses:
             names = ", ".join(f"{n} ({c})" for n, c in sorted(harnesses.items()))
             body = Text(
@@ -594,18 +638,98 @@ class CBConsole(App[int]):
 
     async def shutdown(self, leave_running: bool = False) -> None:
         self.quitting = True
-        if self.driver is not None and self.driver.returncode is None:
-            with contextlib.suppress(ProcessLookupError):
-                self.driver.send_signal(signal.SIGTERM)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.driver.wait(), 5)
+        await self._wind_down(leave_running)
+        self.exit(0)
+
+    async def _wind_down(self, leave_running: bool) -> bool:
+        """Stop the driver, close the link, stop (or leave) the guard, remove the demo's files: once, whoever
+        asks first (a quit and a signal may both ask). Returns whether the guard was left running."""
+        if self._winding_down is None:
+            self._winding_down = asyncio.ensure_future(self._stop_children(leave_running))
+        return await asyncio.shield(self._winding_down)
+
+    async def _stop_children(self, leave_running: bool) -> bool:
+        async with self._spawning:
+            driver = self.driver
+        if driver is not None:
+            await stop_process(driver)
         if self.link is not None:
             await self.link.close()
+        left = False
         if self.supervisor is not None:
+            left = leave_running and self.supervisor.pid is not None
             if leave_running:
                 self.supervisor.detach()
             else:
                 await self.supervisor.stop()
         if self._tmp:
             shutil.rmtree(self._tmp, ignore_errors=True)
-        self.exit(0)
+        return left
+
+    # -- ending on a signal ---------------------------------------------------------------------
+
+    def _on_ending_signal(self, signum: int) -> None:
+        if self._ending is not None:
+            return  # already ending
+        self.quitting = True  # from here on nothing is drawn and no child is started
+        gone = signum == signal.SIGHUP or not _terminal_alive()
+        if gone:
+            _leave_the_terminal()
+        self._ending = asyncio.create_task(self._end_on_signal(signal.Signals(signum), gone), name="ending")
+
+    async def _end_on_signal(self, sig: signal.Signals, gone: bool) -> None:
+        """The quit policy, without asking: the demo's and the replay's children always stop; a guard this
+        console started stops unless harnesses use it (or --leave-running); an attached guard is not ours."""
+        try:
+            with self.batch_update():  # no repaint: the terminal may be gone, and writing to it may block
+                await self._settled.wait()
+                harnesses = await self._harnesses_now() if self.owns_guard and self.mode == "own" else {}
+                pid = self.supervisor.pid if self.supervisor is not None else None
+                leave = self.mode == "own" and (self.leave_running or bool(harnesses))
+                left = await self._wind_down(leave_running=leave)
+                if self.owns_guard and self.supervisor is not None and pid is not None:
+                    self.supervisor.note(_ending_note(sig.name, pid, left, harnesses))
+        finally:
+            if gone:
+                # Textual's teardown writes to the terminal to restore it: with the terminal gone its writer
+                # thread dies on EIO and the next writes block on its full queue. Nothing is left to restore.
+                os._exit(128 + sig)
+            self.exit(128 + sig)
+
+    async def _harnesses_now(self) -> dict[str, int]:
+        """Who uses the guard at this moment (the guard's own count); the last state frame's if it cannot say."""
+        if self.link is not None and self.link.connected:
+            with contextlib.suppress(LinkError, TimeoutError):
+                reply = await asyncio.wait_for(self.link.request("stats"), 1.0)
+                return dict(reply["stats"]["harnesses"])
+        return self.state.harnesses
+
+
+def _ending_note(signal_name: str, pid: int, left: bool, harnesses: dict[str, int]) -> str:
+    """The line the guard's log gets when the console ends on a signal."""
+    if not left:
+        return f"cbconsole exited on {signal_name}; it stopped the guard it started (pid {pid})"
+    if harnesses:
+        names = ", ".join(f"{name} {count}" for name, count in sorted(harnesses.items()))
+        serving = f"{sum(harnesses.values())} harness connection(s) ({names})"
+    else:
+        serving = "(--leave-running)"
+    return f"cbconsole exited on {signal_name}; the guard keeps serving {serving}; stop it with kill {pid}"
+
+
+def _terminal_alive() -> bool:
+    """Whether the terminal Textual draws on still answers (a hung-up terminal fails every ioctl with EIO)."""
+    try:
+        termios.tcgetattr(sys.__stderr__.fileno())
+    except (termios.error, OSError, AttributeError, ValueError):
+        return False
+    return True
+
+
+def _leave_the_terminal() -> None:
+    """Point stdin, stdout and stderr at /dev/null: reads and writes on a hung-up terminal fail with EIO."""
+    devnull = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        with contextlib.suppress(OSError):
+            os.dup2(devnull, fd)
+    os.close(devnull)

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import logging
+import os
 import sys
 from pathlib import Path
 
 from breaker import __version__
-from breaker.paths import SOCKET_ENV, default_socket_path
+from breaker.paths import OPERATOR_SOCKET_ENV, SOCKET_ENV, default_socket_path
 
 
 def parser() -> argparse.ArgumentParser:
@@ -21,6 +21,16 @@ def parser() -> argparse.ArgumentParser:
         "--socket",
         metavar="PATH",
         help=f"the guard's Unix socket (default: ${SOCKET_ENV}, else {default_socket_path({})})",
+    )
+    p.add_argument(
+        "--operator-socket",
+        metavar="PATH",
+        help=f"the operator's socket (default: ${OPERATOR_SOCKET_ENV}, else beside the harness socket's directory)",
+    )
+    p.add_argument(
+        "--state",
+        metavar="PATH",
+        help="where the guard keeps its state across restarts (default: $XDG_STATE_HOME/cbconsole/state/…; 'none')",
     )
     p.add_argument(
         "--patch",
@@ -48,20 +58,18 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+def _headless_args(argv: list[str]) -> list[str]:
+    """`cbconsole --headless …` is `python -m breaker.headless …`: the guard's own entry point."""
+    return [a for a in argv if a != "--headless"]
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     socket_path = Path(args.socket).expanduser() if args.socket else default_socket_path()
     if args.headless:
-        logging.basicConfig(
-            level=args.log_level.upper(),
-            format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-            stream=sys.stderr,
-        )
-        from breaker.patch import PatchSources
-        from breaker.server import serve
+        from breaker.headless import main as headless
 
-        sources = PatchSources.from_env(profile=args.profile, patches=args.patch)
-        return serve(socket_path, sources)
+        return headless(_headless_args(argv if argv is not None else sys.argv[1:]))
     if args.demo and (args.attach or args.replay):
         print(
             "cbconsole: --demo runs its own private guard; it cannot be combined with --attach or --replay",
@@ -74,8 +82,11 @@ def main(argv: list[str] | None = None) -> int:
     from console.app import CBConsole  # Textual is imported only for the screen
 
     mode = "demo" if args.demo else "replay" if args.replay else "attach" if args.attach else "own"
+    operator = args.operator_socket or os.environ.get(OPERATOR_SOCKET_ENV)
     app = CBConsole(
         socket_path=socket_path,
+        operator_socket=Path(operator).expanduser() if operator else None,
+        state_path=args.state,
         mode=mode,
         patches=[str(Path(p).expanduser().absolute()) for p in args.patch],
         profile=args.profile,

@@ -11,6 +11,7 @@ from typing import Any
 
 from breaker import __version__
 from breaker.client import AsyncGuardClient, GuardError, GuardUnavailable
+from breaker.protocol import InterruptEvent, StateFrame
 
 __all__ = ["GuardLink", "LinkError"]
 
@@ -22,15 +23,15 @@ class LinkError(RuntimeError):
 
 
 class GuardLink:
-    """Keeps one subscribed connection to the guard and feeds its frames to `on_frame`."""
+    """Keeps one subscribed connection to the guard's operator socket and feeds its frames to `on_frame`."""
 
     def __init__(
         self,
         socket_path: Path,
-        on_frame: Callable[[dict[str, Any]], None],
+        on_frame: Callable[[StateFrame], None],
         on_status: Callable[[str, str], None],
     ) -> None:
-        self.socket_path = socket_path
+        self.socket_path = socket_path  # the operator's socket
         self.on_frame = on_frame
         self.on_status = on_status
         self.client = AsyncGuardClient(
@@ -39,15 +40,14 @@ class GuardLink:
             harness="cbconsole",
             version=__version__,
             role="console",
-            capabilities=(),
             on_event=self._event,
         )
         self.connected = False
         self._task: asyncio.Task[None] | None = None
 
-    def _event(self, msg: dict[str, Any]) -> None:
-        if msg.get("event") == "state":
-            self.on_frame(msg)
+    def _event(self, event: InterruptEvent | StateFrame) -> None:
+        if isinstance(event, StateFrame):
+            self.on_frame(event)
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name="guard-link")

@@ -12,6 +12,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from breaker.protocol import AgentRow, ConfigFrame, GuardStats, KeyRow, StateFrame, TripRow
+
 RATE_SLOTS = 12  # sparkline history: one slot per RATE_PERIOD seconds
 RATE_PERIOD = 1.0
 MAX_TRIPS = 1000
@@ -20,21 +22,24 @@ _STATUS_RANK = {"duplicate": 0, "capped": 1, "interrupted": 2, "ok": 3}
 
 @dataclass
 class Agent:
-    """One agent as the console knows it (the server's agent frame plus console-side history)."""
+    """One agent as the console knows it: the guard's row plus console-side history.
+
+    `version` bumps whenever a new row arrives: the table's change token (a frame may carry an equal
+    row again; comparing the token is cheap and cannot be fooled by a reused object id)."""
 
     id: str
-    data: dict[str, Any]
+    data: AgentRow
     rate: deque[int] = field(default_factory=lambda: deque([0] * RATE_SLOTS, maxlen=RATE_SLOTS))
     sampled_calls: int = 0
+    version: int = 0
 
     @property
     def danger(self) -> tuple[int, float, float, int, str]:
         """Sort key, most dangerous first: a live loop, then capped, interrupted; then closest to a limit."""
         d = self.data
-        worst = d.get("worst_count", 0) / max(d.get("duplicate_limit", 1), 1)
-        cap = d.get("cap", 0)
-        cap_use = d.get("calls", 0) / cap if cap else 0.0
-        return (_STATUS_RANK.get(d.get("status", "ok"), 3), -worst, -cap_use, -sum(self.rate), self.id)
+        worst = d.worst_count / max(d.duplicate_limit, 1)
+        cap_use = d.calls / d.cap if d.cap else 0.0
+        return (_STATUS_RANK.get(d.status, 3), -worst, -cap_use, -sum(self.rate), self.id)
 
 
 class ConsoleState:
@@ -43,12 +48,12 @@ class ConsoleState:
     def __init__(self, clock: Callable[[], float] = time.time) -> None:
         self.clock = clock
         self.agents: dict[str, Agent] = {}
-        self.top_keys: list[dict[str, Any]] = []
-        self.trips: deque[dict[str, Any]] = deque(maxlen=MAX_TRIPS)
+        self.top_keys: list[KeyRow] = []
+        self.trips: deque[TripRow] = deque(maxlen=MAX_TRIPS)
         self.trips_seen = 0
         self.new_trips = 0  # trips since the screen last took them (for the log)
-        self.stats: dict[str, Any] = {}
-        self.config: dict[str, Any] = {}
+        self.stats: GuardStats | None = None  # None until the guard's first frame
+        self.config = ConfigFrame(values={})
         self.checks_per_s = 0.0
         self.guard_status = "starting"  # starting, running, restarting, attached, unreachable, stopped
         self.guard_note = ""
@@ -56,36 +61,42 @@ class ConsoleState:
         self.frames = 0
         self.marked: set[str] = set()
         self.filter = ""
+        self._full: set[str] | None = None  # agents of a full picture that is still arriving in parts
         self._sample_at = 0.0
         self._sample_checks: int | None = None
 
     # -- input ----------------------------------------------------------------------------------
 
-    def apply(self, frame: dict[str, Any]) -> None:
-        """Take one state frame (full or delta) from the guard."""
+    def apply(self, frame: StateFrame) -> None:
+        """Take one state frame (a full picture's part, or the changes since the last one)."""
         self.frames += 1
-        if frame.get("full"):
-            keep = {a["agent"] for a in frame.get("agents", ())}
-            for gone in [a for a in self.agents if a not in keep]:
-                self._drop(gone)
-        for data in frame.get("agents", ()):
-            agent = self.agents.get(data["agent"])
+        if frame.full:
+            self._full = set()
+        for row in frame.agents:
+            agent = self.agents.get(row.agent)
             if agent is None:
-                agent = self.agents[data["agent"]] = Agent(data["agent"], data, sampled_calls=data.get("calls", 0))
+                agent = self.agents[row.agent] = Agent(row.agent, row, sampled_calls=row.calls)
             else:
-                agent.data = data
-        for gone in frame.get("gone", ()):
+                agent.data = row
+                agent.version += 1
+            if self._full is not None:
+                self._full.add(row.agent)
+        if self._full is not None and frame.last:
+            for gone in [a for a in self.agents if a not in self._full]:
+                self._drop(gone)  # the full picture is complete: whoever is not in it is gone
+            self._full = None
+        for gone in frame.gone:
             self._drop(gone)
-        if "top_keys" in frame:
-            self.top_keys = list(frame["top_keys"])
-        for trip in frame.get("trips", ()):
+        if frame.top_keys is not None:
+            self.top_keys = list(frame.top_keys)
+        for trip in frame.trips:
             self.trips.append(trip)
             self.trips_seen += 1
             self.new_trips += 1
-        if frame.get("stats"):
-            self.stats = frame["stats"]
-        if frame.get("config"):
-            self.config = frame["config"]
+        if frame.stats is not None:
+            self.stats = frame.stats
+        if frame.config is not None:
+            self.config = frame.config
         self.sample()
         self.version += 1
 
@@ -101,11 +112,11 @@ class ConsoleState:
         elapsed = now - self._sample_at if self._sample_at else RATE_PERIOD
         self._sample_at = now
         for agent in self.agents.values():
-            calls = agent.data.get("calls", 0)
+            calls = agent.data.calls
             agent.rate.append(max(0, calls - agent.sampled_calls))
             agent.sampled_calls = calls
-        checks = self.stats.get("checks")
-        if checks is not None:
+        if self.stats is not None:
+            checks = self.stats.checks
             if self._sample_checks is not None:
                 self.checks_per_s = max(0, checks - self._sample_checks) / max(elapsed, 1e-6)
             self._sample_checks = checks
@@ -126,14 +137,14 @@ class ConsoleState:
                 a
                 for a in agents
                 if needle in a.id.casefold()
-                or needle in str(a.data.get("harness") or "").casefold()
-                or needle in str(a.data.get("last_tool") or "").casefold()
-                or needle in str(a.data.get("worst_tool") or "").casefold()
-                or needle in str(a.data.get("parent") or "").casefold()
+                or needle in a.data.harness.casefold()
+                or needle in a.data.last_tool.casefold()
+                or needle in a.data.worst_tool.casefold()
+                or needle in (a.data.parent or "").casefold()
             ]
         return sorted(agents, key=lambda a: a.danger)
 
-    def take_new_trips(self) -> list[dict[str, Any]]:
+    def take_new_trips(self) -> list[TripRow]:
         n, self.new_trips = self.new_trips, 0
         if n <= 0:
             return []
@@ -141,7 +152,16 @@ class ConsoleState:
 
     @property
     def values(self) -> dict[str, Any]:
-        return dict(self.config.get("values") or {})
+        """The config in force, camelCase keys as in the patch layer."""
+        return dict(self.config.values)
+
+    @property
+    def paused(self) -> bool:
+        return self.stats is not None and self.stats.paused
+
+    @property
+    def harnesses(self) -> dict[str, int]:
+        return dict(self.stats.harnesses) if self.stats is not None else {}
 
     def toggle_mark(self, agent: str) -> bool:
         if agent in self.marked:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from breaker.client import GuardClient, GuardError, GuardUnavailable
 
-__all__ = ["GuardSupervisor", "live_guard"]
+__all__ = ["GuardSupervisor", "live_guard", "stop_process"]
 
 MAX_QUICK_RESTARTS = 5  # deaths within QUICK seconds of a start before we stop trying
 QUICK = 5.0
@@ -30,20 +30,38 @@ def live_guard(socket_path: Path) -> dict | None:
         client.close()
 
 
+async def stop_process(proc: asyncio.subprocess.Process, grace: float = 5.0) -> None:
+    """SIGTERM, then SIGKILL if it is still there after `grace` seconds; returns once it is gone."""
+    if proc.returncode is not None:
+        return
+    with contextlib.suppress(ProcessLookupError):
+        proc.send_signal(signal.SIGTERM)
+    try:
+        await asyncio.wait_for(proc.wait(), grace)
+    except TimeoutError:
+        with contextlib.suppress(ProcessLookupError):
+            proc.kill()
+        await proc.wait()
+
+
 class GuardSupervisor:
-    """Runs `cbconsole --headless` with the console's flags; `on_status(status, note)` reports to the screen."""
+    """Runs the headless guard with the console's flags; `on_status(status, note)` reports to the screen."""
 
     def __init__(
         self,
         socket_path: Path,
         *,
+        operator_socket: Path,
         patches: list[str],
         profile: str | None,
         log_path: Path,
         on_status: Callable[[str, str], None],
+        state: str | None = None,
         env: dict[str, str] | None = None,
     ) -> None:
         self.socket_path = socket_path
+        self.operator_socket = operator_socket
+        self.state = state
         self.patches = patches
         self.profile = profile
         self.log_path = log_path
@@ -56,7 +74,10 @@ class GuardSupervisor:
         self._quick_deaths = 0
 
     def command(self) -> list[str]:
-        cmd = [sys.executable, "-m", "console.cli", "--headless", "--socket", str(self.socket_path)]
+        cmd = [sys.executable, "-m", "breaker.headless", "--socket", str(self.socket_path)]
+        cmd += ["--operator-socket", str(self.operator_socket)]
+        if self.state:
+            cmd += ["--state", self.state]
         for patch in self.patches:
             cmd += ["--patch", patch]
         if self.profile:
@@ -117,23 +138,19 @@ class GuardSupervisor:
             self._watch.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._watch
-        proc = self.proc
-        if proc is None or proc.returncode is not None:
-            return
-        with contextlib.suppress(ProcessLookupError):
-            proc.send_signal(signal.SIGTERM)
-        try:
-            await asyncio.wait_for(proc.wait(), 5)
-        except TimeoutError:
-            with contextlib.suppress(ProcessLookupError):
-                proc.kill()
-            await proc.wait()
+        if self.proc is not None:
+            await stop_process(self.proc)
 
     def detach(self) -> None:
         """Leave the guard running when the console exits."""
         self._stopping = True
         if self._watch is not None:
             self._watch.cancel()
+
+    def note(self, line: str) -> None:
+        """Append a line of the console's own to the guard's log: the operator reads both in one place."""
+        with contextlib.suppress(OSError), open(self.log_path, "a") as log:
+            log.write(f"--- {time.strftime('%Y-%m-%d %H:%M:%S')} {line} ---\n")
 
 
 def default_log_path() -> Path:

@@ -8,6 +8,7 @@ import socket
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,9 +30,25 @@ class GuardProcess:
     args: list[str] = field(default_factory=list)
     proc: subprocess.Popen | None = None
 
+    @property
+    def operator(self) -> Path:
+        """The operator's socket: in the sibling directory `<run dir>-operator`, as the guard puts it."""
+        return self.socket.parent.with_name(self.socket.parent.name + "-operator") / "operator.sock"
+
+    @property
+    def state_home(self) -> Path:
+        """Its XDG_STATE_HOME: the state file survives a restart of this guard, and no other sees it."""
+        return self.home.with_name(self.home.name + "-state")
+
     def start(self, wait: bool = True) -> GuardProcess:
-        env = {**os.environ, "DSH_HOME": str(self.home), "PYTHONUNBUFFERED": "1"}
+        env = {
+            **os.environ,
+            "DSH_HOME": str(self.home),
+            "PYTHONUNBUFFERED": "1",
+            "XDG_STATE_HOME": str(self.state_home),
+        }
         env.pop("CBCONSOLE_SOCKET", None)
+        env.pop("CBCONSOLE_OPERATOR_SOCKET", None)
         cmd = [
             sys.executable,
             "-m",
@@ -178,3 +195,51 @@ def guard_factory(tmp_path: Path) -> Iterator:
 @pytest.fixture
 def guard(guard_factory) -> GuardProcess:
     return guard_factory()
+
+
+class Tmux:
+    """A real terminal: a private tmux server (never the user's) with one session, "main"."""
+
+    def __init__(self) -> None:
+        self.name = f"cbtest-{uuid.uuid4().hex[:8]}"
+
+    def run(self, *args: str) -> str:
+        return subprocess.run(["tmux", "-L", self.name, *args], capture_output=True, text=True, check=True).stdout
+
+    def start(self, command: str, width: int = 160, height: int = 45) -> None:
+        self.run("new-session", "-d", "-s", "main", "-x", str(width), "-y", str(height), command)
+
+    def screen(self) -> str:
+        return self.run("capture-pane", "-t", "main", "-p")
+
+    def keys(self, *keys: str) -> None:
+        self.run("send-keys", "-t", "main", *keys)
+
+    def pane_pid(self) -> int:
+        return int(self.run("display-message", "-p", "-t", "main", "#{pane_pid}"))
+
+    def wait_for(self, needle: str, timeout: float = 20.0) -> str:
+        deadline = time.monotonic() + timeout
+        while True:
+            screen = self.screen()
+            if needle in screen:
+                return screen
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{needle!r} never appeared on screen:\n{screen}")
+            time.sleep(0.1)
+
+    def kill(self) -> None:
+        subprocess.run(["tmux", "-L", self.name, "kill-server"], capture_output=True)
+
+
+@pytest.fixture
+def tmux() -> Iterator[Tmux]:
+    t = Tmux()
+    yield t
+    t.kill()
+
+
+@pytest.fixture(autouse=True)
+def _private_state_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No test writes a guard's state file (or a console's guard log) into the real $XDG_STATE_HOME."""
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path_factory.mktemp("xdg-state")))

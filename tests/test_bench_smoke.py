@@ -22,6 +22,11 @@ PROMISES = {
         r"console event-loop lag:.*max\s+[\d.]+ ms",
         r"key-press to screen:\s+median\s+[\d.]+ ms\s+p95\s+[\d.]+ ms",
     ],
+    "bench_state.py": [
+        r"check, state kept:\s+p50\s+[\d.]+ us\s+p99\s+[\d.]+ us",
+        r"ratio p50\s+[\d.]+x\s+p99\s+[\d.]+x",
+        r"check, console attached: p50\s+[\d.]+ us\s+p99\s+[\d.]+ us",
+    ],
     "bench_server.py": [
         r"echo p50\s+[\d.]+ us p99\s+[\d.]+ us .*"
         r"guard check p50\s+[\d.]+ us p99\s+[\d.]+ us\s+[\d,]+ checks/s \| ratio p50\s+[\d.]+x",

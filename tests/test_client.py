@@ -10,6 +10,7 @@ import time
 import pytest
 
 from breaker.client import AsyncGuardClient, Decision, GuardClient, GuardError
+from breaker.protocol import StateFrame
 from tests.conftest import request
 
 
@@ -27,7 +28,7 @@ def test_the_handshake_is_sent_with_the_first_request_and_recorded(guard):
     client.check("a", "t", {})
     client.check("a", "t", {"x": 1})
     assert client.server_info["server"] == "cbconsole-guard" and client.server_info["pid"] == guard.pid
-    stats = request(guard.socket, {"op": "stats", "id": 1})["stats"]
+    stats = request(guard.operator, {"op": "stats", "id": 1})["stats"]
     assert stats["harnesses"] == {"my-harness": 1}
     client.close()
 
@@ -61,7 +62,7 @@ def test_args_json_cannot_carry_are_allowed_and_counted_by_the_guard(guard):
     client = GuardClient(guard.socket, fail_closed=True)
     decisions = [client.check("a", "write", {"data": b"\x00\x01"}) for _ in range(8)]
     assert all(d.allowed and not d.fallback for d in decisions)  # never duplicates: they match nothing
-    state = request(guard.socket, {"op": "snapshot", "id": 1})["state"]
+    state = request(guard.operator, {"op": "snapshot", "id": 1})["state"]
     assert state["agents"][0]["calls"] == 8
 
 
@@ -79,14 +80,14 @@ def test_a_sync_client_is_safe_to_share_between_threads(guard):
     for t in threads:
         t.join()
     assert len(results) == 1600 and all(results)
-    assert request(guard.socket, {"op": "stats", "id": 1})["stats"]["checks"] == 1600
+    assert request(guard.operator, {"op": "stats", "id": 1})["stats"]["checks"] == 1600
 
 
 def test_sync_client_interrupt_callback_fires_on_poll_and_later_calls_are_denied(guard):
     told: list[tuple[str, str]] = []
     client = GuardClient(guard.socket, on_interrupt=lambda agent, reason: told.append((agent, reason)))
     client.check("worker-1", "web_search", {"q": "x"})
-    request(guard.socket, {"op": "interrupt", "id": 1, "agent": "worker-1", "reason": "operator says stop"})
+    request(guard.operator, {"op": "interrupt", "id": 1, "agent": "worker-1", "reason": "operator says stop"})
     deadline = time.monotonic() + 5
     while not told and time.monotonic() < deadline:
         client.poll_events()
@@ -100,18 +101,27 @@ def test_sync_client_sees_an_interrupt_pushed_before_its_next_reply(guard):
     told: list[str] = []
     client = GuardClient(guard.socket, on_interrupt=lambda agent, reason: told.append(agent))
     client.check("w", "t", {})
-    request(guard.socket, {"op": "interrupt", "id": 1, "agent": "w"})
+    request(guard.operator, {"op": "interrupt", "id": 1, "agent": "w"})
     time.sleep(0.1)
     assert client.check("w", "t", {"n": 2}).kind == "interrupted"
     assert told == ["w"]
 
 
 def test_operator_requests_raise_guard_error_with_the_code(guard):
-    client = GuardClient(guard.socket)
+    client = GuardClient(guard.operator)
     with pytest.raises(GuardError) as info:
         client.request("config_set", changes={"window": -1})
     assert info.value.code == "bad_config"
     assert client.request("ping")["pong"] is True
+
+
+def test_the_harness_socket_refuses_operator_requests_with_operator_only(guard):
+    client = GuardClient(guard.socket)
+    for op, fields in (("pause", {}), ("config_set", {"changes": {"enabled": False}}), ("reset", {"agent": "a"})):
+        with pytest.raises(GuardError) as info:
+            client.request(op, **fields)
+        assert info.value.code == "operator_only"
+    assert request(guard.operator, {"op": "stats", "id": 1})["stats"]["paused"] is False
 
 
 def test_agent_end_through_the_client(guard, tmp_path):
@@ -134,7 +144,7 @@ def test_async_client_checks_concurrently_on_one_connection(guard):
 
     decisions = asyncio.run(main())
     assert len(decisions) == 400 and all(d.allowed and not d.fallback for d in decisions)
-    stats = request(guard.socket, {"op": "stats", "id": 1})["stats"]
+    stats = request(guard.operator, {"op": "stats", "id": 1})["stats"]
     assert stats["checks"] == 400
 
 
@@ -148,7 +158,7 @@ def test_async_client_gets_the_interrupt_push_without_asking(guard):
         async with AsyncGuardClient(guard.socket, on_interrupt=on_interrupt) as client:
             await client.check("async-agent", "t", {})
             await asyncio.to_thread(
-                request, guard.socket, {"op": "interrupt", "id": 9, "agent": "async-agent", "reason": "r"}
+                request, guard.operator, {"op": "interrupt", "id": 9, "agent": "async-agent", "reason": "r"}
             )
             return await asyncio.wait_for(got, 5)
 
@@ -183,12 +193,11 @@ def test_async_client_fail_closed(tmp_path):
 
 
 def test_async_client_subscribes_to_state_events(guard):
-    async def main() -> dict:
-        events: asyncio.Queue[dict] = asyncio.Queue()
-        async with AsyncGuardClient(guard.socket, role="console", on_event=events.put_nowait, timeout=2) as client:
+    async def main() -> StateFrame:
+        events: asyncio.Queue = asyncio.Queue()
+        async with AsyncGuardClient(guard.operator, role="console", on_event=events.put_nowait, timeout=2) as client:
             await client.request("subscribe")
-            first = await asyncio.wait_for(events.get(), 5)
-            return first
+            return await asyncio.wait_for(events.get(), 5)
 
     first = asyncio.run(main())
-    assert first["event"] == "state" and first["full"] is True
+    assert isinstance(first, StateFrame) and first.full is True and first.config is not None

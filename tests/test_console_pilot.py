@@ -10,8 +10,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from textual.command import CommandList, CommandPalette
 
 from breaker.client import GuardClient
+from breaker.paths import default_operator_socket_path
 from console.app import CBConsole
 from console.screens.config import ConfigScreen
 from console.screens.confirm import ConfirmScreen
@@ -59,6 +61,15 @@ def owning_console(tmp_path: Path, monkeypatch, **kw) -> tuple[CBConsole, Path]:
     monkeypatch.setenv("DSH_HOME", str(tmp_path / "dsh"))
     sock = run / "guard.sock"
     return CBConsole(socket_path=sock, mode="own", log_path=tmp_path / "g.log", **kw), sock
+
+
+def palette_offers(app: CBConsole, title: str) -> bool:
+    """The command palette is open, done searching, and its highlighted command is `title`."""
+    if not isinstance(app.screen, CommandPalette):
+        return False
+    commands = app.screen.query_one(CommandList)
+    at = commands.highlighted
+    return at is not None and str(commands.get_option_at_index(at).prompt).startswith(title)
 
 
 async def select(pilot, app: CBConsole, agent: str) -> None:
@@ -165,7 +176,8 @@ async def test_editing_duplicate_limit_writes_the_patch_file_and_applies_live(gu
         assert "duplicateLimit: 3" in text and "window: 80  # keep me" in text and text.startswith("# operator layer")
         decisions = await asyncio.to_thread(loop, guard, "after-edit", 4)
         assert [d.allowed for d in decisions] == [True, True, True, False]
-        assert "duplicateLimit 3" in text_of(app.query_one(GuardHeader))
+        header = app.query_one(GuardHeader)
+        await until(pilot, lambda: "duplicateLimit 3" in text_of(header), what="the header redrawn")
 
 
 async def test_the_config_form_refuses_bad_values_and_names_the_key(guard):
@@ -174,13 +186,17 @@ async def test_the_config_form_refuses_bad_values_and_names_the_key(guard):
         await until(pilot, lambda: bool(app.state.values))
         await pilot.press("e")
         await until(pilot, lambda: isinstance(app.screen, ConfigScreen))
-        app.screen.query_one("#f-window").value = "0"
-        await pilot.pause(0.1)
+        form = app.screen
+        problem = form.query_one("#p-window")
+        form.query_one("#f-window").value = "0"
+        await until(pilot, lambda: "expected an integer from 1" in str(problem.content), what="the problem shown")
         await pilot.press("ctrl+s")
-        await pilot.pause(0.2)
-        assert isinstance(app.screen, ConfigScreen)  # not saved
-        assert "expected an integer from 1" in str(app.screen.query_one("#p-window").content)
-        assert not guard.patch.exists()
+        assert app.screen is form and not guard.patch.exists()  # not saved: the form is still open
+        form.query_one("#f-window").value = "80"  # corrected, the same form saves
+        await until(pilot, lambda: str(problem.content) == "", what="the problem gone")
+        await pilot.press("ctrl+s")
+        await until(pilot, lambda: app.state.values.get("window") == 80, what="the corrected value applied")
+        assert "window: 80" in guard.patch.read_text()
 
 
 async def test_a_hand_edit_of_the_patch_file_shows_up_live(guard):
@@ -224,7 +240,7 @@ async def test_exempt_from_the_top_keys_table_uses_that_keys_tool(guard):
         assert "Exempt read" in str(app.screen.query_one("#body").content)
         await pilot.press("n")
         await until(pilot, lambda: not isinstance(app.screen, ConfirmScreen))
-        assert "read" not in (request(guard.socket, {"op": "config_get", "id": 1})["config"]["values"]["exempt"])
+        assert "read" not in (request(guard.operator, {"op": "config_get", "id": 1})["config"]["values"]["exempt"])
 
 
 async def test_reset_clears_the_agents_counts(guard):
@@ -263,7 +279,7 @@ async def test_freezing_screen_updates_holds_the_picture_until_unfrozen(guard):
         assert "screen frozen" in text_of(app.query_one(GuardHeader))
         await asyncio.to_thread(loop, guard, "f-2", 1, "read", {"p": 0})
         await until(pilot, lambda: "f-2" in app.state.agents, what="the state has it")
-        await pilot.pause(0.4)
+        app.flush()  # what the 10 Hz redraw runs
         assert "f-2" not in table._cells  # the screen does not show it yet
         await pilot.press("z")
         await until(pilot, lambda: "f-2" in table._cells)
@@ -317,14 +333,14 @@ async def test_every_action_is_in_the_command_palette_and_runs_from_it(guard):
         await until(pilot, lambda: bool(app.state.stats))
         await pilot.press("ctrl+p")
         await pilot.press(*"Pause guard")
-        await pilot.pause(0.3)
+        await until(pilot, lambda: palette_offers(app, "Pause guard"), what="the palette offers it")
         await pilot.press("enter")
         await until(pilot, lambda: isinstance(app.screen, ConfirmScreen), what="the palette ran the action")
         assert "Pause the guard?" in str(app.screen.query_one("#title").content)
         await pilot.press("n")
         await pilot.press("ctrl+p")
         await pilot.press(*"Theme: light")
-        await pilot.pause(0.3)
+        await until(pilot, lambda: palette_offers(app, "Theme: light"), what="the palette offers it")
         await pilot.press("enter")
         await until(pilot, lambda: app.theme == "cbconsole-light", what="the theme switched from the palette")
 
@@ -348,9 +364,9 @@ async def test_readonly_greys_out_every_action_that_changes_the_guard(guard):
         await select(pilot, app, "ro")
         for action in ("interrupt", "edit_config", "exempt", "pause_guard", "reset", "uninterrupt"):
             assert app.check_action(action, ()) is None
-        await pilot.press("i")
-        await pilot.pause(0.2)
-        assert not isinstance(app.screen, ConfirmScreen)
+        await pilot.press("i", "question_mark")  # keys are handled in order: help opens right on the main screen
+        await until(pilot, lambda: isinstance(app.screen, HelpScreen), what="help")
+        assert not any(isinstance(screen, ConfirmScreen) for screen in app.screen_stack)
         assert "read-only" in text_of(app.query_one(GuardHeader))
         assert (await asyncio.to_thread(loop, guard, "ro", 1))[0].kind != "interrupted"
 
@@ -378,13 +394,13 @@ async def test_quit_with_harnesses_connected_asks_and_can_leave_the_guard_runnin
         await until(pilot, lambda: app.state.guard_status == "running", what="our guard running")
         harness = GuardClient(sock, harness="dsh")
         harness.check("h-1", "read", {"p": 1})
-        await until(pilot, lambda: app.state.stats.get("harnesses") == {"dsh": 1}, what="the harness seen")
+        await until(pilot, lambda: app.state.harnesses == {"dsh": 1}, what="the harness seen")
         await pilot.press("q")
         await until(pilot, lambda: isinstance(app.screen, ConfirmScreen))
         assert "dsh (1)" in str(app.screen.query_one("#body").content)
         await pilot.press("l")  # leave it running
     assert harness.check("h-1", "read", {"p": 2}).fallback is False  # the guard outlived the console
-    pid = request(sock, {"op": "stats", "id": 1})["stats"]["pid"]
+    pid = request(default_operator_socket_path(sock), {"op": "stats", "id": 1})["stats"]["pid"]
     harness.close()
     os.kill(pid, signal.SIGTERM)
 
@@ -440,10 +456,10 @@ async def test_replay_plays_a_real_transcript_into_the_live_guard(guard):
     async with app.run_test(size=SIZE) as pilot:
         table = app.query_one(AgentsTable)
         await until(pilot, lambda: len(table._cells) == 2, what="both recorded agents on screen", timeout=20)
-        sub = next(a for a in app.state.agents.values() if a.data.get("parent"))
-        await until(pilot, lambda: app.state.agents[sub.id].data.get("status") == "duplicate", what="the loop")
-        assert app.state.agents[sub.id].data["harness"] == "dsh"
-        assert app.state.agents[sub.id].data["calls"] == 6  # ten echo cbprobe4: six ran, four denied
+        sub = next(a for a in app.state.agents.values() if a.data.parent)
+        await until(pilot, lambda: app.state.agents[sub.id].data.status == "duplicate", what="the loop")
+        assert app.state.agents[sub.id].data.harness == "dsh"
+        assert app.state.agents[sub.id].data.calls == 6  # ten echo cbprobe4: six ran, four denied
         await pilot.press("q")
 
 
@@ -452,15 +468,19 @@ async def test_demo_shows_every_kind_of_agent_within_seconds(tmp_path):
     async with app.run_test(size=SIZE) as pilot:
 
         def statuses() -> dict[str, str]:
-            return {a.id: a.data.get("status", "") for a in app.state.agents.values()}
+            return {a.id: a.data.status for a in app.state.agents.values()}
 
-        await until(pilot, lambda: statuses().get("session-demo-pager") == "capped", timeout=30, what="the cap")
-        seen = statuses()
-        assert seen["session-demo-searcher"] == "duplicate"  # the seed's 555 searches
-        assert seen["session-demo-prober"] == "duplicate"  # echo cbprobe4 with a new description each time
-        assert seen["3f2a9c1e-demo-subagent"] == "duplicate"
-        assert app.state.agents["3f2a9c1e-demo-subagent"].data["parent"] == "session-demo-healthy"
-        assert "session-demo-healthy" in seen
+        expected = {
+            "session-demo-pager": "capped",
+            "session-demo-searcher": "duplicate",  # the seed's 555 searches
+            "session-demo-prober": "duplicate",  # echo cbprobe4 with a new description each time
+            "3f2a9c1e-demo-subagent": "duplicate",
+        }
+        await until(
+            pilot, lambda: expected.items() <= statuses().items(), timeout=60, what="every kind of agent on screen"
+        )
+        assert app.state.agents["3f2a9c1e-demo-subagent"].data.parent == "session-demo-healthy"
+        assert "session-demo-healthy" in statuses()
         assert app.socket_path != tmp_path / "unused.sock"  # a private guard, never the user's socket
         demo_dir = app.socket_path.parent
         await pilot.press("q")

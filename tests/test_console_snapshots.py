@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from breaker.protocol import StateFrame
 from console.app import CBConsole
 from console.state import RATE_SLOTS
 from console.widgets.agents import AgentsTable
@@ -303,7 +304,7 @@ def make_app(theme: str) -> CBConsole:
 
 
 def inject(app: CBConsole, frame_: dict[str, Any], rates: dict[str, list[int]] | None = None, marked=()) -> None:
-    app.state.apply(frame_)
+    app.state.apply(StateFrame.from_json(frame_))  # decoded as the console's link decodes it
     app.state.set_guard_status("running")
     for name, values in (rates or {}).items():
         if name in app.state.agents:

@@ -3,10 +3,7 @@
 from __future__ import annotations
 
 import shutil
-import subprocess
 import sys
-import time
-import uuid
 
 import pytest
 
@@ -14,43 +11,6 @@ from breaker.client import GuardClient
 from tests.conftest import ROOT
 
 pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="needs tmux (.ci/run installs it)")
-
-
-class Tmux:
-    def __init__(self) -> None:
-        self.name = f"cbtest-{uuid.uuid4().hex[:8]}"  # a private tmux server: never touches the user's
-
-    def run(self, *args: str) -> str:
-        return subprocess.run(["tmux", "-L", self.name, *args], capture_output=True, text=True, check=True).stdout
-
-    def start(self, command: str, width: int = 160, height: int = 45) -> None:
-        self.run("new-session", "-d", "-s", "main", "-x", str(width), "-y", str(height), command)
-
-    def screen(self) -> str:
-        return self.run("capture-pane", "-t", "main", "-p")
-
-    def keys(self, *keys: str) -> None:
-        self.run("send-keys", "-t", "main", *keys)
-
-    def wait_for(self, needle: str, timeout: float = 20.0) -> str:
-        deadline = time.monotonic() + timeout
-        while True:
-            screen = self.screen()
-            if needle in screen:
-                return screen
-            if time.monotonic() > deadline:
-                raise AssertionError(f"{needle!r} never appeared on screen:\n{screen}")
-            time.sleep(0.1)
-
-    def kill(self) -> None:
-        subprocess.run(["tmux", "-L", self.name, "kill-server"], capture_output=True)
-
-
-@pytest.fixture
-def tmux():
-    t = Tmux()
-    yield t
-    t.kill()
 
 
 def test_cbconsole_in_a_terminal_shows_a_loop_forming_and_interrupts_it(guard, tmux):

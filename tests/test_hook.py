@@ -19,6 +19,7 @@ import pytest
 
 from breaker import hook
 from breaker.hook import answer, detect, parse_event
+from breaker.paths import default_operator_socket_path
 from breaker.protocol import MAX_FRAME
 from tests.conftest import request
 from tests.test_paths import (
@@ -131,7 +132,8 @@ def stdout_json(result: subprocess.CompletedProcess[bytes]) -> dict[str, Any]:
 
 
 def agent_views(socket_path: Path) -> dict[str, dict[str, Any]]:
-    state = request(socket_path, {"op": "snapshot", "id": 1})["state"]
+    """Every agent the guard on `socket_path` knows, asked on its operator socket."""
+    state = request(default_operator_socket_path(socket_path), {"op": "snapshot", "id": 1})["state"]
     return {a["agent"]: a for a in state["agents"]}
 
 
@@ -374,7 +376,7 @@ def test_harness_flag_forces_the_dialect(guard_factory):
 
 def test_interrupted_claude_agent_is_denied_with_continue_false_and_its_subagent_too(guard):
     cbhook(claude_pre(), socket_path=guard.socket)
-    request(guard.socket, {"op": "interrupt", "id": 1, "agent": "s-1", "reason": "looping"})
+    request(guard.operator, {"op": "interrupt", "id": 1, "agent": "s-1", "reason": "looping"})
     out = stdout_json(cbhook(claude_pre(command="ls"), socket_path=guard.socket))
     assert out["continue"] is False and "looping" in out["stopReason"]
     assert out["hookSpecificOutput"]["permissionDecision"] == "deny"
@@ -382,12 +384,12 @@ def test_interrupted_claude_agent_is_denied_with_continue_false_and_its_subagent
     sub = claude_pre(agent_id="a0123456789abcdef", agent_type="general-purpose")
     assert cbhook(sub, socket_path=guard.socket).stdout == b""
     # ... until the operator interrupts it by its own id.
-    request(guard.socket, {"op": "interrupt", "id": 2, "agent": "s-1/a0123456789abcdef", "reason": "child"})
+    request(guard.operator, {"op": "interrupt", "id": 2, "agent": "s-1/a0123456789abcdef", "reason": "child"})
     assert stdout_json(cbhook(sub, socket_path=guard.socket))["continue"] is False
 
 
 def test_an_interrupted_codex_agent_is_denied_without_fields_codex_would_reject(guard):
-    request(guard.socket, {"op": "interrupt", "id": 1, "agent": "c-1"})
+    request(guard.operator, {"op": "interrupt", "id": 1, "agent": "c-1"})
     out = stdout_json(cbhook(codex_pre(), socket_path=guard.socket))
     assert set(out) == {"hookSpecificOutput"} and "interrupted" in out["hookSpecificOutput"]["permissionDecisionReason"]
 

@@ -43,7 +43,7 @@ def test_the_command_gets_the_agent_and_reason_as_literal_arguments_never_throug
     script = "import json, sys; open(sys.argv[1], 'w').write(json.dumps(sys.argv[2:]))"
     g = guard_factory(patch_text=layer([sys.executable, "-c", script, str(out), "{agent}", "--why={reason}"]))
     agent, reason = f"$(touch {pwned}); `touch {pwned}`", "looping {agent} | touch x"
-    reply = request(g.socket, {"op": "interrupt", "id": 1, "agent": agent, "reason": reason})
+    reply = request(g.operator, {"op": "interrupt", "id": 1, "agent": agent, "reason": reason})
     assert reply["ok"] is True
     assert wait_for(out.exists)
     assert json.loads(out.read_text()) == [agent, f"--why={reason}"]
@@ -54,14 +54,14 @@ def test_the_command_gets_the_agent_and_reason_as_literal_arguments_never_throug
 
 def test_the_exit_status_and_output_are_logged(guard_factory):
     g = guard_factory(patch_text=layer(["/bin/sh", "-c", 'echo "stopping $1"; exit 3', "sh", "{agent}"]))
-    request(g.socket, {"op": "interrupt", "id": 1, "agent": "agent-7"})
+    request(g.operator, {"op": "interrupt", "id": 1, "agent": "agent-7"})
     assert wait_for(lambda: "exited 3" in g.log.read_text()), g.log.read_text()
     assert "interrupt command for agent 'agent-7' exited 3; output: 'stopping agent-7'" in g.log.read_text()
 
 
 def test_a_command_that_cannot_start_is_logged_and_the_guard_goes_on(guard_factory, tmp_path):
     g = guard_factory(patch_text=layer([str(tmp_path / "no-such-program"), "{agent}"]))
-    assert request(g.socket, {"op": "interrupt", "id": 1, "agent": "a1", "reason": "r"})["ok"] is True
+    assert request(g.operator, {"op": "interrupt", "id": 1, "agent": "a1", "reason": "r"})["ok"] is True
     assert wait_for(lambda: "could not start" in g.log.read_text()), g.log.read_text()
     denied = request(g.socket, {"op": "check", "id": 2, "agent": "a1", "tool": "bash", "args": {}})
     assert (denied["decision"], denied["kind"]) == ("deny", "interrupted")
@@ -70,16 +70,38 @@ def test_a_command_that_cannot_start_is_logged_and_the_guard_goes_on(guard_facto
 
 def test_output_beyond_4_kib_is_read_and_dropped_not_kept(guard_factory):
     g = guard_factory(patch_text=layer([sys.executable, "-c", "print('z' * 2_000_000)"]))
-    request(g.socket, {"op": "interrupt", "id": 1, "agent": "a1"})
+    request(g.operator, {"op": "interrupt", "id": 1, "agent": "a1"})
     assert wait_for(lambda: "exited 0" in g.log.read_text()), g.log.read_text()
     line = next(x for x in g.log.read_text().splitlines() if "interrupt command" in x)
     assert line.endswith("[...]'") and len(line) < 5000
 
 
-def test_without_a_command_an_interrupt_runs_nothing(guard):
-    request(guard.socket, {"op": "interrupt", "id": 1, "agent": "a1"})
-    time.sleep(0.2)
-    assert "interrupt command" not in guard.log.read_text()
+def test_without_a_command_an_interrupt_runs_nothing(tmp_path):
+    socket_path = tmp_path / "run" / "guard.sock"
+    socket_path.parent.mkdir(mode=0o700)
+    release = tmp_path / "release"
+
+    async def commands_started_by_an_interrupt(config: Config) -> int:
+        release.unlink(missing_ok=True)
+        server = GuardServer(socket_path, config=config)
+        await server.start()
+        try:
+            async with AsyncGuardClient(server.operator_path, timeout=5) as client:
+                reply = await client.request("interrupt", agent="a1", reason="r")
+                assert reply["ok"] is True
+                running = server.commands_in_flight  # a command's task is made before the reply is sent
+            release.touch()
+            deadline = time.monotonic() + 30
+            while server.commands_in_flight and time.monotonic() < deadline:
+                await asyncio.sleep(0.02)
+            return running
+        finally:
+            await server.stop()
+
+    assert asyncio.run(commands_started_by_an_interrupt(Config())) == 0
+    # The same observation sees a command when there is one (it runs until the test releases it).
+    waits = f"import pathlib, time\nwhile not pathlib.Path({str(release)!r}).exists(): time.sleep(0.02)"
+    assert asyncio.run(commands_started_by_an_interrupt(Config(interrupt_command=(sys.executable, "-c", waits)))) == 1
 
 
 def test_a_command_that_outlives_its_timeout_is_killed_with_its_children(tmp_path, caplog):
@@ -99,14 +121,14 @@ def test_a_command_that_outlives_its_timeout_is_killed_with_its_children(tmp_pat
         server.interrupt_timeout = 0.5
         await server.start()
         try:
-            async with AsyncGuardClient(socket_path, timeout=5) as client:
+            async with AsyncGuardClient(server.operator_path, timeout=5) as client:
                 await client.request("interrupt", agent="a1", reason="r")
                 decision = await client.check("a1", "bash", {})  # the guard answers while it runs
                 assert decision.kind == "interrupted"
             deadline = time.monotonic() + 10
-            while server._commands and time.monotonic() < deadline:
+            while server.commands_in_flight and time.monotonic() < deadline:
                 await asyncio.sleep(0.05)
-            assert not server._commands
+            assert not server.commands_in_flight
         finally:
             await server.stop()
 

@@ -28,6 +28,8 @@ from breaker.paths import (
     default_operator_socket_path,
     default_socket_path,
     ensure_private_dir,
+    peer_ids,
+    peer_option,
     sun_path_max,
 )
 
@@ -410,3 +412,59 @@ def test_xdg_runtime_dir_and_the_env_are_never_replaced_by_the_fallback(tmp_path
     long.mkdir()
     assert default_socket_path({"XDG_RUNTIME_DIR": str(long)}) == long / "cbconsole" / "guard.sock"
     assert default_socket_path({"CBCONSOLE_SOCKET": f"{long}/g.sock"}) == long / "g.sock"
+
+
+# -- who is at the other end: each platform's answer, injected -------------------------------------------
+
+
+class _Answers:
+    """A socket that answers getsockopt as `platform`'s kernel would, and records what was asked."""
+
+    def __init__(self, raw: bytes | None) -> None:
+        self.raw = raw
+        self.asked: list[tuple[int, int, int]] = []
+
+    def getsockopt(self, level: int, option: int, size: int) -> bytes:
+        self.asked.append((level, option, size))
+        if self.raw is None:
+            raise OSError(92, "Protocol not available")
+        return self.raw
+
+
+def _ints(*values: int) -> bytes:
+    return b"".join(v.to_bytes(4, sys.byteorder) for v in values)
+
+
+@pytest.mark.parametrize(
+    ("platform", "raw", "asked", "expected"),
+    [
+        ("linux", _ints(4242, 1000, 1000), (1, 17, 12), (1000, 4242)),  # struct ucred {pid, uid, gid}
+        ("darwin", _ints(0, 501) + b"\x01\x00\x00\x00" + _ints(20) * 16, (0, 1, 76), (501, None)),  # xucred
+        ("freebsd14", _ints(0, 1001) + b"\x01\x00\x00\x00" + _ints(0) * 16, (0, 1, 76), (1001, None)),
+        ("openbsd7", _ints(1002, 1002, 777), (0xFFFF, 0x1022, 12), (1002, 777)),  # sockpeercred {uid, gid, pid}
+        ("netbsd10", _ints(888, 1003, 1003), (0, 3, 12), (1003, 888)),  # unpcbid {pid, euid, egid}
+    ],
+)
+def test_peer_ids_read_each_platforms_own_layout(platform, raw, asked, expected):
+    sock = _Answers(raw)
+    assert peer_ids(sock, platform) == expected
+    assert sock.asked == [asked]
+
+
+def test_a_platform_without_peer_credentials_names_nobody_and_refuses_nobody():
+    sock = _Answers(_ints(1, 2, 3))
+    assert peer_ids(sock, "sunos5") == (None, None) and sock.asked == []
+    assert peer_option("haiku") is None
+    assert check_peer(sock, "/x/guard.sock", "sunos5") is None
+
+
+def test_a_kernel_that_refuses_the_question_names_nobody():
+    assert peer_ids(_Answers(None), "darwin") == (None, None)
+    assert peer_ids(_Answers(b"\x00"), "linux") == (None, None)  # too short to hold a uid
+
+
+def test_check_peer_names_another_user_from_the_platforms_answer():
+    other = os.getuid() + 1
+    why = check_peer(_Answers(_ints(0, other) + b"\x00" * 68), "/x/guard.sock", "darwin")
+    assert why is not None and f"uid {other}" in why and "/x/guard.sock" in why
+    assert check_peer(_Answers(_ints(0, os.getuid()) + b"\x00" * 68), "/x/guard.sock", "darwin") is None

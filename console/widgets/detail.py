@@ -25,26 +25,26 @@ class AgentDetail(Static):
         d = agent.data
         top = Text(no_wrap=True, overflow="ellipsis")
         top.append_text(plain(agent.id, style="bold"))
-        if d.get("parent"):
+        if d.parent:
             top.append("  child of ", style=colors["muted"])
-            top.append_text(plain(d["parent"]))
-        if d.get("harness"):
+            top.append_text(plain(d.parent))
+        if d.harness:
             top.append("  via ", style=colors["muted"])
-            top.append_text(plain(d["harness"]))
-        trips = d.get("trips") or {}
+            top.append_text(plain(d.harness))
+        trips = d.trips
         if trips:
             top.append("  denied: ", style=colors["muted"])
             top.append(", ".join(f"{k} {v}" for k, v in sorted(trips.items())), style=colors["trip"])
         if marked:
             top.append(f"  ({marked} marked)", style=colors["warn"])
         bottom = Text(no_wrap=True, overflow="ellipsis")
-        if d.get("interrupt_reason") is not None:
+        if d.interrupt_reason is not None:
             bottom.append("interrupted: ", style=colors["interrupted"])
-            bottom.append_text(plain(d.get("interrupt_reason") or "by the operator"))
+            bottom.append_text(plain(d.interrupt_reason or "by the operator"))
             bottom.append("   ")
-        if d.get("worst_preview"):
-            bottom.append(f"worst repeat {d.get('worst_count')}×: ", style=colors["muted"])
-            bottom.append_text(plain(d["worst_preview"]))
+        if d.worst_preview:
+            bottom.append(f"worst repeat {d.worst_count}×: ", style=colors["muted"])
+            bottom.append_text(plain(d.worst_preview))
         else:
             bottom.append("no repeated call in its window", style="dim")
         text = Text("\n").join([top, bottom])

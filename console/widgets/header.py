@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from rich.text import Text
 from textual.widgets import Static
 
+from breaker.protocol import GuardStats
 from console.state import ConsoleState
 from console.widgets.cells import plain
 
@@ -19,32 +20,32 @@ class GuardHeader(Static):
     """
 
     def show(self, state: ConsoleState, colors: Mapping[str, str], readonly: bool, frozen: bool) -> None:
-        stats, values, config = state.stats, state.values, state.config
+        stats, values, config = state.stats or GuardStats(), state.values, state.config
         status_role = {"running": "ok", "attached": "ok", "restarting": "warn", "starting": "warn"}.get(
             state.guard_status, "trip"
         )
         line = Text(no_wrap=True, overflow="ellipsis")
         line.append("● ", style=colors[status_role])
         line.append(f"guard {state.guard_status}", style=f"bold {colors[status_role]}")
-        if stats.get("pid"):
-            line.append(f" (pid {stats['pid']})", style=colors["muted"])
-        if config.get("source"):
+        if stats.pid:
+            line.append(f" (pid {stats.pid})", style=colors["muted"])
+        if config.source:
             line.append("   config from ", style=colors["muted"])
-            line.append_text(plain(config["source"], style=colors["muted"]))
+            line.append_text(plain(config.source, style=colors["muted"]))
         if state.guard_note:
             line.append("  ")
             line.append_text(plain(state.guard_note, style=colors["warn"]))
-        if stats.get("paused"):
+        if stats.paused:
             line.append("  GUARD PAUSED: every call allowed", style=f"bold reverse {colors['warn']}")
         if frozen:
             line.append("  screen frozen (z)", style=f"bold {colors['warn']}")
         if readonly:
             line.append("  read-only", style=colors["muted"])
         line.append("   socket ", style=colors["muted"])
-        line.append_text(plain(stats.get("socket", "")))
+        line.append_text(plain(stats.socket))
 
         line2 = Text(no_wrap=True, overflow="ellipsis")
-        harnesses = stats.get("harnesses") or {}
+        harnesses = stats.harnesses
         line2.append("harnesses ", style=colors["muted"])
         if harnesses:
             for i, (name, n) in enumerate(sorted(harnesses.items())):
@@ -54,13 +55,13 @@ class GuardHeader(Static):
                 line2.append(f" {n}")
         else:
             line2.append("none", style="dim")
-        denies = stats.get("denies") or {}
+        denies = stats.denies
         line2.append("   agents ", style=colors["muted"])
         line2.append(str(len(state.agents)))
         line2.append("   ")
         line2.append(f"{state.checks_per_s:,.0f} checks/s", style="bold")
         line2.append("   checks ", style=colors["muted"])
-        line2.append(f"{stats.get('checks', 0):,}")
+        line2.append(f"{stats.checks:,}")
         line2.append("   trips ", style=colors["muted"])
         line2.append(str(state.trips_seen), style=f"bold {colors['trip']}" if state.trips_seen else "")
         line2.append(
@@ -70,11 +71,11 @@ class GuardHeader(Static):
         )
 
         line3 = Text(no_wrap=True, overflow="ellipsis")
-        if config.get("error"):
+        if config.error:
             line3.append("config error, last good kept: ", style=f"bold {colors['trip']}")
-            line3.append_text(plain(config["error"], style=colors["trip"]))
+            line3.append_text(plain(config.error, style=colors["trip"]))
         elif values:
-            enabled = values.get("enabled", True) and not config.get("disabled")
+            enabled = values.get("enabled", True) and not config.disabled
             line3.append("config ", style=colors["muted"])
             if not enabled:
                 line3.append("GUARD DISABLED ", style=f"bold {colors['trip']}")

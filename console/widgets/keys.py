@@ -8,6 +8,7 @@ from typing import Any
 from rich.text import Text
 from textual.widgets import DataTable
 
+from breaker.protocol import KeyRow
 from console.widgets.cells import clip, plain, ratio_color
 
 __all__ = ["KeysTable"]
@@ -25,16 +26,18 @@ class KeysTable(DataTable):
     def __init__(self, **kwargs: object) -> None:
         super().__init__(cursor_type="row", **kwargs)  # type: ignore[arg-type]
         self._shown: list[tuple[Any, ...]] = []
-        self.keys: list[dict[str, Any]] = []
+        self.keys: list[KeyRow] = []
 
     def on_mount(self) -> None:
         for key, label, width in COLUMNS:
             self.add_column(label, key=key, width=width)
 
     def show(
-        self, keys: list[dict[str, Any]], limit_of: Mapping[str, int], exempt: set[str], colors: Mapping[str, str]
+        self, keys: list[KeyRow], limit_of: Mapping[str, int], exempt: set[str], colors: Mapping[str, str]
     ) -> None:
-        signature = [(k["agent"], k["tool"], k["preview"], k["count"], limit_of.get(k["agent"], 0)) for k in keys]
+        signature: list[tuple[Any, ...]] = [
+            (k.agent, k.tool, k.preview, k.count, limit_of.get(k.agent, 0)) for k in keys
+        ]
         signature.append(tuple(sorted(colors.items())))  # a theme switch recolours
         if signature == self._shown and exempt == getattr(self, "_exempt", None):
             return
@@ -42,19 +45,19 @@ class KeysTable(DataTable):
         self._shown, self._exempt, self.keys = signature, set(exempt), list(keys)
         self.clear()
         for i, k in enumerate(keys):
-            limit = limit_of.get(k["agent"], 0) or 1
-            tool_style = colors["exempt"] if k["tool"] in exempt else ""
+            limit = limit_of.get(k.agent, 0) or 1
+            tool_style = colors["exempt"] if k.tool in exempt else ""
             self.add_row(
-                Text(f"{k['count']}/{limit}", style=ratio_color(k["count"] / limit, colors), justify="right"),
-                plain(clip(k["tool"], 12), style=tool_style),
-                plain(k["preview"]),
-                plain(clip(k["agent"], 12), style=colors["muted"]),
+                Text(f"{k.count}/{limit}", style=ratio_color(k.count / limit, colors), justify="right"),
+                plain(clip(k.tool, 12), style=tool_style),
+                plain(k.preview),
+                plain(clip(k.agent, 12), style=colors["muted"]),
                 key=str(i),
             )
         if keys:
             self.move_cursor(row=min(cursor, len(keys) - 1), animate=False, scroll=False)
 
-    def current(self) -> dict[str, Any] | None:
+    def current(self) -> KeyRow | None:
         if not self.keys or self.cursor_row >= len(self.keys):
             return None
         return self.keys[self.cursor_row]

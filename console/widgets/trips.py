@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from typing import Any
 
 from rich.text import Text
 from textual.widgets import DataTable
 
+from breaker.protocol import TripRow
 from console.widgets.cells import clip, plain
 
 __all__ = ["TripsTable"]
@@ -35,23 +35,20 @@ class TripsTable(DataTable):
     def at_bottom(self) -> bool:
         return self.scroll_y >= self.max_scroll_y
 
-    def add_trips(self, trips: list[dict[str, Any]], colors: Mapping[str, str], tz: Any = None) -> None:
+    def add_trips(self, trips: list[TripRow], colors: Mapping[str, str]) -> None:
         if not trips:
             return
         follow = self.at_bottom or self.row_count == 0
         role = {"duplicate": "trip", "cap": "cap", "interrupted": "interrupted"}
         for trip in trips:
-            kind = str(trip.get("kind", ""))
-            when = trip.get("time")
-            stamp = time.strftime("%H:%M:%S", time.localtime(when)) if isinstance(when, (int, float)) else "--:--:--"
+            kind = trip.kind
+            stamp = time.strftime("%H:%M:%S", time.localtime(trip.time)) if trip.time else "--:--:--"
             self.add_row(
                 Text(stamp, style="dim"),
-                plain(clip(trip.get("agent", ""), 14)),
+                plain(clip(trip.agent, 14)),
                 plain(kind, style=colors.get(role.get(kind, "muted"), "")),
-                plain(clip(trip.get("tool", ""), 14)),
-                Text(
-                    f"{trip.get('count', 0)}/{trip.get('limit', 0)}" if kind != "interrupted" else "—", justify="right"
-                ),
+                plain(clip(trip.tool, 14)),
+                Text(f"{trip.count}/{trip.limit}" if kind != "interrupted" else "—", justify="right"),
                 key=str(self._next),
             )
             self._next += 1

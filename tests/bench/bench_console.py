@@ -81,8 +81,9 @@ def pct(samples: list[float], q: float) -> float:
 
 
 def start_guard(d: str) -> tuple[subprocess.Popen, str]:
-    sock = os.path.join(d, "guard.sock")
-    env = {**os.environ, "DSH_HOME": os.path.join(d, "dsh")}
+    os.mkdir(os.path.join(d, "run"), 0o700)
+    sock = os.path.join(d, "run", "guard.sock")  # the operator's socket goes beside run/, inside d
+    env = {**os.environ, "DSH_HOME": os.path.join(d, "dsh"), "XDG_STATE_HOME": os.path.join(d, "state")}
     proc = subprocess.Popen(
         [
             sys.executable,

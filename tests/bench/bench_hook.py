@@ -45,6 +45,7 @@ def pct(samples: list[float], q: float) -> float:
 
 def start_guard(socket_path: Path, layer: Path, log: Path) -> subprocess.Popen:
     env = {k: v for k, v in os.environ.items() if k != "CBCONSOLE_SOCKET"}
+    env["XDG_STATE_HOME"] = str(log.parent / "state")
     proc = subprocess.Popen(
         [str(PYTHON), "-m", "console.cli", "--headless", "--socket", str(socket_path), "--patch", str(layer)],
         cwd=ROOT,
@@ -95,8 +96,9 @@ def bench_cbhook(calls: int, scratch: Path) -> None:
     layer.write_text("- id: circuit-breaker\n  config:\n    maxCallsPerAgent: 0\n")
     xdg = scratch / "xdg"
     (xdg / "cbconsole").mkdir(parents=True, mode=0o700)
-    (xdg / "cbconsole" / "guard.sock").symlink_to(socket_path)
     guard = start_guard(socket_path, layer, scratch / "guard.log")
+    # The same socket under the runtime dir too: a hard link (cbhook trusts no symlink as a socket).
+    os.link(socket_path, xdg / "cbconsole" / "guard.sock")
     base_env = {
         k: v
         for k, v in os.environ.items()

@@ -163,9 +163,10 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as d:
         os.chmod(d, 0o700)
         echo_path = os.path.join(d, "echo.sock")
-        guard_path = os.path.join(d, "guard.sock")
+        os.mkdir(os.path.join(d, "run"), 0o700)
+        guard_path = os.path.join(d, "run", "guard.sock")  # the operator's socket goes beside run/, inside d
         echo = subprocess.Popen([sys.executable, "-c", ECHO_SERVER, echo_path], stdout=subprocess.DEVNULL)
-        env = {**os.environ, "DSH_HOME": os.path.join(d, "dsh")}
+        env = {**os.environ, "DSH_HOME": os.path.join(d, "dsh"), "XDG_STATE_HOME": os.path.join(d, "state")}
         guard = subprocess.Popen(
             [sys.executable, "-m", "console.cli", "--headless", "--socket", guard_path, "--log-level", "warning"],
             cwd=ROOT,

@@ -23,7 +23,7 @@ from tests.conftest import GuardProcess, request
 from . import harnesses
 from .fakemodel import FakeModel, ModelRequest, Reply, Text, ToolCall, loop_script
 from .harnesses import Harness, InstallError
-from .runs import dsh_sessions, read_dsh_session, run_dsh_with, run_process
+from .runs import dsh_sessions, read_dsh_session, run_dsh_with, run_process, wait_until
 from .scenarios import DSH_SPAWN, dsh_bash, is_child, parent_child_script
 
 pytestmark = pytest.mark.e2e
@@ -62,7 +62,7 @@ def incidents(tmp_path: Path) -> list[dict[str, Any]]:
 
 
 def agents(g: GuardProcess) -> dict[str, dict[str, Any]]:
-    state = request(g.socket, {"op": "snapshot", "id": 1})["state"]
+    state = request(g.operator, {"op": "snapshot", "id": 1})["state"]
     return {a["agent"]: a for a in state["agents"]}
 
 
@@ -159,14 +159,15 @@ def test_dsh_background_subagent_loop_is_caught_apart_from_its_parent(dsh, guard
 
 def with_interrupt(inner, g: GuardProcess, *, child: bool, at_step: int, reason: str, replies: list):  # type: ignore[no-untyped-def]
     """Wrap a script: when the root's (or the child's) conversation has made `at_step` calls, the
-    operator interrupts that agent as the console does, then the model takes its time to answer:
-    the guard's push must cancel the agent while its model request is in flight."""
+    operator interrupts that agent as the console does, then the model holds its answer until dsh has
+    gone (the cancel ended the run and its plugin's connection) or 60 s: the guard's push must cancel
+    the agent while its model request is in flight."""
 
     def script(req: ModelRequest) -> Reply:
         if is_child(req) == child and req.prior_calls == at_step and not replies:
             (agent,) = [a for a, view in agents(g).items() if (view["parent"] is not None) == child]
-            replies.append((agent, request(g.socket, {"op": "interrupt", "id": 9, "agent": agent, "reason": reason})))
-            time.sleep(1.5)
+            replies.append((agent, request(g.operator, {"op": "interrupt", "id": 9, "agent": agent, "reason": reason})))
+            wait_until(lambda: not request(g.operator, {"op": "stats", "id": 8})["stats"]["harnesses"], 60)
         return inner(req)
 
     return script
@@ -206,10 +207,13 @@ def test_dsh_operator_interrupt_during_a_subagents_tool_call_stops_it_and_the_pa
     child_call, parent_call = dsh_bash("child"), dsh_bash("parent", "echo parent")
 
     def interrupt_soon() -> None:
-        time.sleep(1.0)  # the child is inside its `sleep 5` call now
+        def child_in_its_sleep() -> bool:  # the guard allowed its 4th call, `sleep 5`: it runs now
+            return any(view["parent"] is not None and view["calls"] >= 4 for view in agents(g).values())
+
+        wait_until(child_in_its_sleep, 60)
         (child,) = [a for a, view in agents(g).items() if view["parent"] is not None]
         replies.append(
-            (child, request(g.socket, {"op": "interrupt", "id": 9, "agent": child, "reason": "stuck child"}))
+            (child, request(g.operator, {"op": "interrupt", "id": 9, "agent": child, "reason": "stuck child"}))
         )
 
     def script(req: ModelRequest) -> Reply:
@@ -239,7 +243,9 @@ def test_dsh_operator_interrupt_during_a_subagents_tool_call_stops_it_and_the_pa
         "reason": {"kind": "hook", "reason": "circuit breaker: interrupted by the operator (stuck child)"},
     }
     assert fm.containing(f"Background subagent {child} was stopped before it finished"), run.describe()
-    assert child not in agents(g)  # dsh disposed the child, and the plugin told the guard
+    # dsh disposed the child and the plugin told the guard: its counts are gone; the operator's interrupt
+    # outlives it (only the operator lifts one), so it is still listed, as interrupted, with no calls
+    assert (agents(g)[child]["status"], agents(g)[child]["calls"]) == ("interrupted", 0)
 
 
 # --- the guard away ------------------------------------------------------------------------------
@@ -323,7 +329,7 @@ def test_dsh_plugin_add_of_the_path_cbhook_prints_installs_the_bundle_and_its_ro
     g.home = dsh_home
     g.args = ["--profile", "headless"]
     g.start()
-    assert request(g.socket, {"op": "config_get", "id": 1})["config"]["source"] == str(profile / "cordis.patch.yml")
+    assert request(g.operator, {"op": "config_get", "id": 1})["config"]["source"] == str(profile / "cordis.patch.yml")
     with FakeModel(loop_script(3)) as fm:
         run = timed(run_dsh_with(dsh, fm, scratch))
     assert run.returncode == 0, run.describe()

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from breaker.hook import plugin_dir
-from breaker.paths import check_socket
+from breaker.paths import check_socket, default_operator_socket_path
 from tests.conftest import request
 from tests.test_paths import HOSTILE, SQUATS, Squatter, expected_refusal, squatted
 
@@ -97,7 +97,7 @@ def run_node(
 
 
 def views(socket_path: Path) -> dict[str, dict[str, Any]]:
-    state = request(socket_path, {"op": "snapshot", "id": 1})["state"]
+    state = request(default_operator_socket_path(socket_path), {"op": "snapshot", "id": 1})["state"]
     return {a["agent"]: a for a in state["agents"]}
 
 
@@ -298,7 +298,7 @@ def test_an_interrupt_push_cancels_the_agent_with_a_hook_reason(node, tmp_path, 
             break
         threading.Event().wait(0.01)
     assert views(guard.socket)[agent]["parent"] == "session-root"
-    reply = request(guard.socket, {"op": "interrupt", "id": 1, "agent": agent, "reason": "stuck"})
+    reply = request(guard.operator, {"op": "interrupt", "id": 1, "agent": agent, "reason": "stuck"})
     assert reply["notified"] == 1
     thread.join(60)
     assert prelude_done.is_set()

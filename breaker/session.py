@@ -1,0 +1,829 @@
+"""The guard's side of the protocol, without I/O: bytes in from each connection, replies and events out.
+
+`ServerSession` owns the `Guard`, every connection's protocol state (`Channel`: its frame buffer, its
+plane, its replies in request order, its subscription) and what subscribers and the state store have
+not seen yet. The transport (breaker/server.py) feeds it bytes and writes out what it hands back;
+whatever needs I/O — writing the patch layer, running an interrupt command, saving state, appending
+an incident line — comes back as a job in `jobs`, and a reply waiting on one holds its place in the
+connection's reply order until the transport completes it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import deque
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from breaker import __version__
+from breaker.config import Config, ConfigError
+from breaker.engine import AgentState, AgentView, Guard
+from breaker.protocol import (
+    ALLOW_FRAME_TAIL,
+    HARNESS,
+    HARNESS_OPS,
+    MAX_FRAME,
+    OPERATOR,
+    PROTOCOL_VERSION,
+    AgentEnd,
+    AgentRow,
+    Check,
+    ConfigFrame,
+    ConfigGet,
+    ConfigReply,
+    ConfigSet,
+    Decision,
+    Done,
+    ErrorReply,
+    GuardStats,
+    Hello,
+    HelloReply,
+    Interrupt,
+    InterruptEvent,
+    KeyRow,
+    Pause,
+    Ping,
+    Pong,
+    ProtocolError,
+    Request,
+    Reset,
+    Resume,
+    Snapshot,
+    SnapshotReply,
+    StateFrame,
+    Stats,
+    StatsReply,
+    Subscribe,
+    TripRow,
+    Uninterrupt,
+    Unsubscribe,
+    decode_request,
+    encode_frame,
+)
+from breaker.wire import FrameBuffer
+
+__all__ = [
+    "BATCH",
+    "AgentMeta",
+    "Channel",
+    "CommandJob",
+    "ConfigJob",
+    "DurableJob",
+    "IncidentJob",
+    "ServerSession",
+    "Slot",
+]
+
+log = logging.getLogger("cbconsole.guard")
+
+BATCH = 64  # frames answered per turn before other connections get theirs
+WRITE_HIGH = 256 * 1024  # a connection's unsent output past which it is "not reading" (the transport pauses it)
+PRIVATE_BUFFER = 64 * 1024  # what any connection may buffer of an unfinished frame without asking the pool
+POOL = 64 * 1024 * 1024  # unfinished frames past PRIVATE_BUFFER share this, across every connection
+DROP_AFTER = 10.0  # seconds a subscriber may stay behind before it is dropped
+MAX_TRIPS_BEHIND = 500  # trips kept for a subscriber that is behind; older ones are dropped
+ROWS_PER_PART = 50  # agent rows per state-frame part: one part takes a few hundred microseconds to build
+FORBIDDEN_KEYS = ("interruptCommand",)  # runs a program: only the patch file the user edits may set it
+
+
+class Slot:
+    """A reply's place in its connection's output, kept while a job works on it."""
+
+    __slots__ = ("data",)
+
+    def __init__(self) -> None:
+        self.data: bytes | None = None
+
+
+class Channel:
+    """One connection's protocol state."""
+
+    __slots__ = (
+        "agents",
+        "backlog_high",
+        "behind_since",
+        "blocked",
+        "buf",
+        "checked",
+        "close_reason",
+        "closing",
+        "eof",
+        "harness",
+        "out",
+        "peer_pid",
+        "plane",
+        "pooled",
+        "role",
+        "sub",
+        "urgent",
+    )
+
+    def __init__(self, plane: str, peer_pid: int | None, max_frame: int) -> None:
+        self.plane = plane
+        self.peer_pid = peer_pid
+        self.buf = FrameBuffer(max_frame)
+        self.out: deque[bytes | Slot] = deque()  # replies in request order; a Slot waits for its job
+        self.urgent: list[bytes] = []  # events: not tied to a request, sent at once
+        self.harness = ""
+        self.role = ""
+        self.checked = False
+        self.agents: set[str] = set()  # agents this connection checked for: interrupt pushes go here
+        self.sub: _Subscription | None = None
+        self.behind_since: float | None = None
+        self.backlog_high = False  # the transport says: its unsent output is over WRITE_HIGH
+        self.blocked: Slot | None = None  # a config_set in progress: later requests wait to see its effect
+        self.pooled = 0  # bytes of this connection's buffer counted against the shared POOL
+        self.eof = False
+        self.closing = False  # no more input is read; close once the output is out
+        self.close_reason = ""
+
+    def take_output(self) -> bytes:
+        """Everything that may be written now: events, then replies up to the first one still waiting."""
+        parts = self.urgent
+        self.urgent = []
+        out = self.out
+        while out:
+            head = out[0]
+            if isinstance(head, Slot):
+                if head.data is None:
+                    break
+                head = head.data
+            parts.append(head)
+            out.popleft()
+        return b"".join(parts)
+
+    @property
+    def done(self) -> bool:
+        """Closing, and nothing left to send or wait for: the transport may close it."""
+        return self.closing and not self.out and not self.urgent
+
+    @property
+    def is_harness(self) -> bool:
+        """Counted among the connected harnesses: said hello as one, or asked for a check."""
+        return self.plane == HARNESS and self.role != "console" and (bool(self.harness) or self.checked)
+
+
+@dataclass(slots=True)
+class _Subscription:
+    """What a subscriber has not been sent yet."""
+
+    fill: deque[str] = field(default_factory=deque)  # the full picture still to send (ids, in order)
+    agents: set[str] = field(default_factory=set)  # agents that changed since they were last sent
+    gone: set[str] = field(default_factory=set)
+    trips: deque[TripRow] = field(default_factory=lambda: deque(maxlen=MAX_TRIPS_BEHIND))
+    config: bool = True
+    full: bool = True  # the next frame starts a full picture
+    header: bool = True  # the next frame carries the header (gone, top keys, trips, stats, config)
+
+
+@dataclass(slots=True)
+class AgentMeta:
+    """What the harness told the guard about an agent, and the connections that checked for it."""
+
+    harness: str
+    parent: str | None
+    channels: set[Channel] = field(default_factory=set)
+
+
+# -- jobs for the transport ------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class ConfigJob:
+    """Write `changes` into the patch layer and apply them; then `complete(channel, slot, reply)`."""
+
+    channel: Channel
+    slot: Slot
+    rid: Any
+    changes: dict[str, Any]
+
+
+@dataclass(slots=True)
+class DurableJob:
+    """An operator's change: save the guard's state, then release `data` (the reply already built)."""
+
+    channel: Channel
+    slot: Slot
+    data: bytes
+
+
+@dataclass(slots=True)
+class CommandJob:
+    """Run the operator's `interruptCommand` for an agent."""
+
+    argv: list[str]
+    agent: str
+
+
+@dataclass(slots=True)
+class IncidentJob:
+    """Append one incident line (an agent's first deny of a kind)."""
+
+    kind: str
+    tool: str
+    count: int
+    limit: int
+    agent: str
+    when: float
+
+
+Job = ConfigJob | DurableJob | CommandJob | IncidentJob
+
+
+@dataclass(slots=True)
+class _SnapshotWork:
+    channel: Channel
+    slot: Slot
+    rid: Any
+    ids: deque[str]
+    rows: list[AgentRow]
+    top: int
+
+
+# -- the session -----------------------------------------------------------------------------------
+
+
+class ServerSession:
+    """The guard behind the protocol. `clock()` gives wall time (for rows and trips only)."""
+
+    def __init__(
+        self,
+        guard: Guard,
+        *,
+        clock: Callable[[], float],
+        owner_uid: int,
+        pid: int = 0,
+        tick: float = 0.1,
+        max_frame: int = MAX_FRAME,
+        pool: int = POOL,
+        fill_command: Callable[[str, str], list[str] | None] | None = None,
+    ) -> None:
+        self.guard = guard
+        guard.on_remove = self._removed
+        self.clock = clock
+        self.owner_uid = owner_uid
+        self.tick_interval = tick
+        self.max_frame = max_frame
+        self.pool = pool
+        self.pooled = 0
+        self.fill_command = fill_command
+        self.started = clock()
+        self.channels: set[Channel] = set()
+        self.woken: set[Channel] = set()  # have output to write, or are done
+        self.jobs: deque[Job] = deque()
+        self.meta: dict[str, AgentMeta] = {}
+        self.stats = GuardStats(pid=pid)  # the transport fills in sockets, incident log, state file
+        self.on_stats: Callable[[], Any] | None = None  # the transport's hook to refresh its part of the stats
+        self.config_frame = ConfigFrame(values=guard.config.to_mapping())
+        # what the next tick and the next save have not seen
+        self._dirty: set[str] = set()
+        self._gone: set[str] = set()
+        self._trips: list[TripRow] = []
+        self._config_changed = False
+        self.unsaved: set[str] = set()  # agents whose state changed (or went away) since the last save
+        self.unsaved_guard = True  # interrupts, pause or the counters changed since the last save
+        self._seq = 0
+        self._snapshots: deque[_SnapshotWork] = deque()
+        self._stats_sent: tuple[Any, ...] = ()
+        self._handlers: dict[type[Request], Callable[[Channel, Any], bytes | Slot | None]] = {
+            Hello: self._hello,
+            AgentEnd: self._agent_end,
+            Ping: lambda ch, req: Pong().encode(req.id),
+            Subscribe: self._subscribe,
+            Unsubscribe: self._unsubscribe,
+            Interrupt: self._interrupt,
+            Uninterrupt: self._uninterrupt,
+            Reset: self._reset,
+            Pause: self._pause,
+            Resume: self._resume,
+            ConfigGet: lambda ch, req: ConfigReply(self.config_frame).encode(req.id),
+            ConfigSet: self._config_set,
+            Snapshot: self._snapshot,
+            Stats: lambda ch, req: StatsReply(self.current_stats()).encode(req.id),
+        }
+
+    # -- connections ----------------------------------------------------------------------------
+
+    def open(self, plane: str, peer_uid: int | None, peer_pid: int | None) -> Channel:
+        """A new connection on `plane`. A peer the kernel says is another user is refused (its
+        channel starts closing with a `forbidden` error); where the platform cannot say (uid None),
+        the socket's private directory is the only gate."""
+        ch = Channel(plane, peer_pid, self.max_frame)
+        if peer_uid is not None and peer_uid != self.owner_uid:
+            log.warning(
+                "refused a connection on the %s socket from uid %s (pid %s): the guard serves only uid %s",
+                plane,
+                peer_uid,
+                peer_pid,
+                self.owner_uid,
+            )
+            self._close(ch, ErrorReply("forbidden", "this guard serves only its own user").encode(None))
+            return ch
+        self.channels.add(ch)
+        return ch
+
+    def receive(self, ch: Channel, data: bytes) -> None:
+        """Bytes read from a connection; answers what is complete (one turn of at most BATCH frames)."""
+        if ch.closing:
+            return
+        ch.buf.feed(data)
+        if not self._account(ch):
+            return
+        self.turn(ch)
+
+    def _account(self, ch: Channel) -> bool:
+        """Count what `ch` buffers past its private allowance against the shared pool; a connection
+        that would overflow the pool is told `busy` and closed. False if it was."""
+        over = max(0, len(ch.buf) - PRIVATE_BUFFER)
+        if over > ch.pooled and self.pooled - ch.pooled + over > self.pool:
+            log.warning(
+                "closed a connection (pid %s) buffering a %d-byte frame: %d bytes of large frames are already "
+                "waiting, the limit is %d",
+                ch.peer_pid,
+                len(ch.buf),
+                self.pooled - ch.pooled,
+                self.pool,
+            )
+            self._close(ch, ErrorReply("busy", "the guard is receiving too many large frames; retry").encode(None))
+            return False
+        self.pooled += over - ch.pooled
+        ch.pooled = over
+        return True
+
+    def turn(self, ch: Channel) -> bool:
+        """Answer up to BATCH complete frames of `ch`. True if more are waiting (the transport
+        lets other connections in first, then calls again); never while its output is backed up."""
+        if ch.closing or ch.backlog_high or ch.blocked is not None:
+            return False
+        frames = ch.buf.frames(BATCH)
+        if frames:
+            handle = self._handle
+            out = ch.out
+            for n, frame in enumerate(frames):
+                reply = handle(ch, frame)
+                if reply is not None:
+                    out.append(reply)
+                if ch.closing:
+                    break
+                if ch.blocked is not None:  # put back what it must not see yet
+                    ch.buf.unread(frames[n + 1 :])
+                    break
+            self.woken.add(ch)
+        self._account(ch)
+        if ch.buf.too_large and not ch.closing:
+            self.stats.frames_too_large += 1
+            message = f"a frame is over the {ch.buf.limit:,}-byte limit; closing"
+            self._close(ch, ErrorReply("frame_too_large", message).encode(None))
+            return False
+        if ch.blocked is not None:
+            return False
+        more = ch.buf.pending()
+        if not more and ch.eof:
+            self._close(ch)
+        return more
+
+    def eof(self, ch: Channel) -> bool:
+        """The peer is done sending: answer what it sent (a last frame without its newline too), then
+        close once every reply is out. True if more frames wait (as for `turn`)."""
+        ch.eof = True
+        if ch.closing:
+            return False
+        ch.buf.feed(b"\n")  # ends a last unterminated frame; an empty line is skipped
+        return self.turn(ch)
+
+    def lost(self, ch: Channel) -> None:
+        """The connection is gone."""
+        ch.closing = True
+        self.channels.discard(ch)
+        self.woken.discard(ch)
+        self.pooled -= ch.pooled
+        ch.pooled = 0
+        for agent in ch.agents:
+            meta = self.meta.get(agent)
+            if meta is not None:
+                meta.channels.discard(ch)
+        ch.agents.clear()
+
+    def _close(self, ch: Channel, last: bytes = b"") -> None:
+        """Stop reading `ch`; it closes once its output (and `last`) is out."""
+        if last:
+            ch.out.append(last)
+        ch.closing = True
+        self.woken.add(ch)
+
+    def complete(self, ch: Channel, slot: Slot, data: bytes) -> bool:
+        """A job is done: its reply takes its place in the connection's order. True if the connection
+        has requests that waited for it (the transport gives it a turn)."""
+        slot.data = data
+        self.woken.add(ch)
+        if ch.blocked is slot:
+            ch.blocked = None
+            if ch.closing:
+                return False
+            if ch.buf.pending() or ch.eof:
+                return True
+        return False
+
+    def set_backlog(self, ch: Channel, high: bool) -> None:
+        """The transport's word on whether `ch`'s unsent output is over WRITE_HIGH."""
+        ch.backlog_high = high
+        if not high:
+            ch.behind_since = None
+
+    # -- requests -------------------------------------------------------------------------------
+
+    def _handle(self, ch: Channel, frame: bytes) -> bytes | Slot | None:
+        try:
+            req = decode_request(frame)
+        except ProtocolError as exc:
+            return ErrorReply(exc.code, exc.message).encode(exc.request_id)
+        if type(req) is Check:
+            return self._check(ch, req)
+        if ch.plane != OPERATOR and req.op not in HARNESS_OPS:
+            return ErrorReply(
+                "operator_only",
+                f"{req.op} changes the guard or reads other agents' calls: it is served only on the operator's socket",
+            ).encode(req.id)
+        try:
+            return self._handlers[type(req)](ch, req)
+        except Exception as exc:  # a bug in an operator op must not take the connection down
+            log.exception("op %s failed", req.op)
+            return ErrorReply("internal", f"{req.op} failed: {exc}").encode(req.id)
+
+    def _check(self, ch: Channel, req: Check) -> bytes:
+        agent = req.agent
+        meta = self.meta.get(agent)
+        if meta is None:
+            meta = self.meta[agent] = AgentMeta(req.harness or ch.harness, req.parent)
+        if ch not in meta.channels:
+            meta.channels.add(ch)
+            ch.agents.add(agent)
+            ch.checked = True
+        now = self.clock()
+        v = self.guard.check(agent, req.tool, req.args, now, unjudgeable=req.args_unserializable)
+        if v.counted or not v.allowed:
+            self._dirty.add(agent)
+            self.unsaved.add(agent)
+        rid = req.id
+        if v.allowed:
+            if type(rid) is int and -(2**63) <= rid < 2**63:
+                return b'{"id":%d' % rid + ALLOW_FRAME_TAIL
+            return Decision(True).encode(rid)
+        if v.first:
+            self._trip(agent, req.tool, v.kind or "", v.count, v.limit, now)
+        return Decision(False, v.kind, v.reason, v.count, v.limit).encode(rid)
+
+    def _trip(self, agent: str, tool: str, kind: str, count: int, limit: int, now: float) -> None:
+        self.jobs.append(IncidentJob(kind, tool, count, limit, agent, now))
+        self._trips.append(TripRow(now, agent, kind, tool, count, limit))
+        log.info("trip %s: agent %r, tool %r, %d/%d", kind, agent, tool, count, limit)
+
+    def _removed(self, agent: str) -> None:
+        """The engine let an agent go (evicted, or ended): subscribers and the store forget it too."""
+        self._gone.add(agent)
+        self._dirty.discard(agent)
+        self.unsaved.add(agent)
+        if not self.guard.interrupted(agent):
+            self._drop_meta(agent)
+
+    def _drop_meta(self, agent: str) -> None:
+        meta = self.meta.pop(agent, None)
+        if meta is not None:
+            for ch in meta.channels:
+                ch.agents.discard(agent)
+
+    def _hello(self, ch: Channel, req: Hello) -> bytes:
+        ch.harness = req.harness
+        ch.role = req.role or "harness"
+        return HelloReply(
+            "cbconsole-guard", __version__, PROTOCOL_VERSION, self.stats.pid, ch.plane, self.max_frame
+        ).encode(req.id)
+
+    def _agent_end(self, ch: Channel, req: AgentEnd) -> bytes:
+        known = self.guard.end_agent(req.agent)
+        return Done(known=known).encode(req.id)
+
+    def _subscribe(self, ch: Channel, req: Subscribe) -> bytes:
+        ch.sub = _Subscription(fill=deque(self._known_ids()))  # the first frames: the full picture
+        ch.role = ch.role or "console"
+        return Done(tick=self.tick_interval).encode(req.id)
+
+    def _unsubscribe(self, ch: Channel, req: Unsubscribe) -> bytes:
+        ch.sub = None
+        return Done().encode(req.id)
+
+    def _durable(self, ch: Channel, data: bytes) -> Slot:
+        """An operator's change is acknowledged once the state store has it (or at once, without one)."""
+        slot = Slot()
+        self.jobs.append(DurableJob(ch, slot, data))
+        return slot
+
+    def _interrupt(self, ch: Channel, req: Interrupt) -> Slot:
+        agent, reason = req.agent, req.reason
+        self.guard.interrupt(agent, reason)
+        self._dirty.add(agent)
+        self.unsaved_guard = True
+        event = InterruptEvent(agent, reason).encode()
+        meta = self.meta.get(agent)
+        told = 0
+        for target in list(meta.channels) if meta is not None else ():
+            if target.backlog_high or target.closing:
+                self.stats.events_dropped += 1  # it reads nothing; its next check is denied anyway
+                continue
+            target.urgent.append(event)
+            self.woken.add(target)
+            told += 1
+        log.info("interrupt: agent %r (%s); told %d connection(s)", agent, reason or "no reason given", told)
+        if self.fill_command is not None:
+            argv = self.fill_command(agent, reason)
+            if argv is not None:
+                self.jobs.append(CommandJob(argv, agent))
+        return self._durable(ch, Done(notified=told).encode(req.id))
+
+    def _uninterrupt(self, ch: Channel, req: Uninterrupt) -> Slot:
+        known = self.guard.uninterrupt(req.agent)
+        self._dirty.add(req.agent)
+        self.unsaved_guard = True
+        if req.agent not in self.guard:
+            self._gone.add(req.agent)
+            self._drop_meta(req.agent)
+        return self._durable(ch, Done(known=known).encode(req.id))
+
+    def _reset(self, ch: Channel, req: Reset) -> Slot:
+        known = self.guard.reset(req.agent)
+        self._dirty.add(req.agent)
+        self.unsaved.add(req.agent)
+        return self._durable(ch, Done(known=known).encode(req.id))
+
+    def _pause(self, ch: Channel, req: Pause) -> Slot:
+        self.guard.pause()
+        self.unsaved_guard = True
+        log.info("guard paused: every call is allowed and not recorded")
+        return self._durable(ch, Done(paused=True).encode(req.id))
+
+    def _resume(self, ch: Channel, req: Resume) -> Slot:
+        self.guard.resume()
+        self.unsaved_guard = True
+        log.info("guard resumed")
+        return self._durable(ch, Done(paused=False).encode(req.id))
+
+    def _config_set(self, ch: Channel, req: ConfigSet) -> bytes | Slot:
+        forbidden = [k for k in FORBIDDEN_KEYS if k in req.changes]
+        if forbidden:
+            return ErrorReply(
+                "forbidden_key",
+                f"{', '.join(forbidden)} runs a program, so it is set only in the patch file you edit, "
+                "never over a socket",
+            ).encode(req.id)
+        try:  # every problem with the values themselves, at once (the job merges them with the file)
+            Config.from_mapping({**self.guard.config.to_mapping(), **req.changes})
+        except ConfigError as exc:
+            problems = [{"key": p.key, "expected": p.expected, "found": p.found} for p in exc.problems]
+            return ErrorReply("bad_config", str(exc), problems).encode(req.id)
+        slot = Slot()
+        ch.blocked = slot
+        self.jobs.append(ConfigJob(ch, slot, req.id, dict(req.changes)))
+        return slot
+
+    def _snapshot(self, ch: Channel, req: Snapshot) -> Slot:
+        """Built a part at a time by `pump`, like a subscriber's full frame: a guard with thousands
+        of agents answers without holding up anyone's check."""
+        slot = Slot()
+        ids = deque(self._known_ids())
+        self._snapshots.append(_SnapshotWork(ch, slot, req.id, ids, [], req.top))
+        return slot
+
+    # -- config ---------------------------------------------------------------------------------
+
+    def set_config_frame(self, frame: ConfigFrame) -> None:
+        """The config in force and where it came from changed (the transport loaded the layers)."""
+        self.config_frame = frame
+        self._config_changed = True
+        self._dirty.update(self.guard.agents())  # windows, limits and statuses of every agent may change
+        self._dirty.update(self.guard.interrupted_agents())
+
+    # -- state for subscribers ------------------------------------------------------------------
+
+    def _known_ids(self) -> list[str]:
+        """Every agent an operator sees: tracked ones, most recently active first, then interrupted ones."""
+        guard = self.guard
+        ids = guard.agents()
+        ids.reverse()
+        ids.extend(a for a in reversed(guard.interrupted_agents()) if a not in guard)
+        return ids
+
+    def row(self, view: AgentView) -> AgentRow:
+        meta = self.meta.get(view.agent)
+        return AgentRow(
+            view.agent,
+            meta.harness if meta is not None else "",
+            meta.parent if meta is not None else None,
+            view.calls,
+            view.window_fill,
+            view.window,
+            view.cap,
+            view.worst_count,
+            view.worst_tool,
+            view.worst_preview,
+            view.duplicate_limit,
+            view.trips,
+            view.status,
+            view.last_tool,
+            view.last_seen,
+            view.interrupt_reason,
+        )
+
+    def current_stats(self) -> GuardStats:
+        if self.on_stats is not None:
+            self.on_stats()
+        stats = self.stats
+        guard = self.guard
+        harnesses: dict[str, int] = {}
+        for ch in self.channels:
+            if ch.is_harness:
+                name = ch.harness or "unknown"
+                harnesses[name] = harnesses.get(name, 0) + 1
+        stats.checks = guard.checks
+        stats.denies = dict(guard.denies)
+        stats.agents = len(guard)
+        stats.connections = len(self.channels)
+        stats.harnesses = harnesses
+        stats.paused = guard.paused
+        stats.uptime = self.clock() - self.started
+        return stats
+
+    def _stats_signature(self) -> tuple[Any, ...]:
+        """What the header shows, cheaply: a change here is worth a frame even if no agent changed."""
+        guard, stats = self.guard, self.stats
+        return (
+            guard.checks,
+            tuple(guard.denies.values()),
+            guard.paused,
+            len(self.channels),
+            stats.incident_log_error,
+            stats.state_error,
+        )
+
+    def tick(self, now_monotonic: float) -> None:
+        """A subscriber tick: hand what changed since the last one to every subscriber's backlog.
+        The frames themselves are built by `pump`, a part at a time."""
+        subscribers = [ch for ch in self.channels if ch.sub is not None and not ch.closing]
+        changed, self._dirty = self._dirty, set()
+        gone = {a for a in self._gone if not self.guard.known(a)}
+        self._gone = set()
+        trips, self._trips = self._trips, []
+        config = self._config_changed
+        self._config_changed = False
+        signature = self._stats_signature()
+        stats_changed = signature != self._stats_sent
+        self._stats_sent = signature
+        self._seq += 1
+        for ch in subscribers:
+            sub = ch.sub
+            assert sub is not None
+            if ch.backlog_high:
+                if ch.behind_since is None:
+                    ch.behind_since = now_monotonic
+                elif now_monotonic - ch.behind_since > DROP_AFTER:
+                    log.warning("dropped a subscriber (pid %s) that read nothing for %.0f s", ch.peer_pid, DROP_AFTER)
+                    self._close(ch)
+                    continue
+            sub.agents |= changed
+            sub.agents -= gone
+            sub.gone |= gone
+            sub.gone -= changed
+            sub.trips.extend(trips)
+            sub.config |= config
+            if changed or gone or trips or config or stats_changed:
+                sub.header = True
+
+    def pump(self, budget: int = ROWS_PER_PART) -> bool:
+        """Build and queue up to about `budget` agent rows of pending state frames and snapshots.
+        True if more work waits: the transport calls again after letting the event loop run."""
+        rows_left = budget
+        for ch in [c for c in self.channels if c.sub is not None and not c.closing and not c.backlog_high]:
+            sub = ch.sub
+            assert sub is not None
+            while (sub.header or sub.agents or sub.fill) and rows_left > 0:
+                rows_left -= self._part(ch, sub, min(ROWS_PER_PART, rows_left))
+        while self._snapshots and rows_left > 0:
+            work = self._snapshots[0]
+            if work.channel.closing:
+                self._snapshots.popleft()
+                continue
+            guard = self.guard
+            while work.ids and rows_left > 0:
+                view = guard.agent_view(work.ids.popleft())
+                rows_left -= 1
+                if view is not None:
+                    work.rows.append(self.row(view))
+            if not work.ids:
+                self._snapshots.popleft()
+                frame = StateFrame(
+                    self._seq,
+                    True,
+                    self.clock(),
+                    work.rows,
+                    top_keys=self._top_keys(work.top),
+                    stats=self.current_stats(),
+                    config=self.config_frame,
+                )
+                self.complete(work.channel, work.slot, SnapshotReply(frame).encode(work.rid))
+        return rows_left <= 0 and self.has_pending_frames()
+
+    def has_pending_frames(self) -> bool:
+        if self._snapshots:
+            return True
+        return any(
+            ch.sub is not None
+            and not ch.closing
+            and not ch.backlog_high
+            and (ch.sub.header or ch.sub.agents or ch.sub.fill)
+            for ch in self.channels
+        )
+
+    def _top_keys(self, top: int = 10) -> list[KeyRow]:
+        return [KeyRow(k.agent, k.tool, k.preview, k.count) for k in self.guard.top_keys(top)]
+
+    def _part(self, ch: Channel, sub: _Subscription, rows: int) -> int:
+        """Queue one state-frame part for a subscriber; returns the rows it took."""
+        guard = self.guard
+        agents: list[AgentRow] = []
+        pending, fill = sub.agents, sub.fill
+        while (fill or pending) and len(agents) < rows:
+            if fill:
+                agent = fill.popleft()
+                pending.discard(agent)  # its current state goes now: a change before this needs no second row
+            else:
+                agent = pending.pop()
+            view = guard.agent_view(agent)
+            if view is not None:
+                agents.append(self.row(view))
+        header = sub.header
+        frame = StateFrame(
+            self._seq,
+            sub.full and header,
+            self.clock(),
+            agents,
+            part=0 if header else 1,
+            last=not pending and not fill,
+        )
+        if header:
+            frame.gone = sorted(sub.gone)
+            frame.top_keys = self._top_keys()
+            frame.trips = list(sub.trips)
+            frame.stats = self.current_stats()
+            frame.config = self.config_frame if (sub.config or sub.full) else None
+            sub.gone.clear()
+            sub.trips.clear()
+            sub.config = False
+            sub.header = False
+            sub.full = False
+        ch.urgent.append(encode_frame(frame.to_json()))
+        self.woken.add(ch)
+        return max(1, len(agents))
+
+    # -- the state store ------------------------------------------------------------------------
+
+    def take_unsaved(self, budget: int) -> tuple[list[tuple[str, AgentState | None, str, str | None]], bool]:
+        """Up to `budget` agents whose state changed since the last save: (agent, its state or None
+        when it is gone, harness, parent). The second value: more are waiting."""
+        out: list[tuple[str, AgentState | None, str, str | None]] = []
+        unsaved = self.unsaved
+        guard, meta = self.guard, self.meta
+        while unsaved and len(out) < budget:
+            agent = unsaved.pop()
+            m = meta.get(agent)
+            out.append((agent, guard.export_agent(agent), m.harness if m else "", m.parent if m else None))
+        return out, bool(unsaved)
+
+    def restore(
+        self,
+        states: Iterable[tuple[AgentState, str, str | None]],
+        interrupts: Iterable[tuple[str, str, int, str, str | None]],
+        *,
+        paused: bool,
+        checks: int,
+        denies: dict[str, int],
+        windows: bool = True,
+    ) -> None:
+        """Put back what the state store kept (at start, before any connection)."""
+        guard = self.guard
+        for state, harness, parent in states:
+            guard.restore_agent(state, windows=windows)
+            self.meta[state.agent] = AgentMeta(harness, parent)
+        for agent, reason, denies_so_far, harness, parent in interrupts:
+            guard.restore_interrupt(agent, reason, denies_so_far)
+            if agent not in self.meta:
+                self.meta[agent] = AgentMeta(harness, parent)
+        for agent in [a for a in self.meta if not guard.known(a)]:
+            del self.meta[agent]
+        if paused:
+            guard.pause()
+        guard.checks = checks
+        for kind, n in denies.items():
+            if kind in guard.denies and type(n) is int:
+                guard.denies[kind] = n
+        self.unsaved.clear()
+        self.unsaved_guard = False

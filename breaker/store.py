@@ -1,0 +1,459 @@
+"""The guard's memory across restarts: an append-only state file, written by a thread of its own.
+
+Each save appends one record per agent whose state changed (its whole state: calls, trips, window
+digests, repeated calls' previews, harness and parent), one per agent that went away, and one for
+the guard (interrupts, pause, counters). The last record of an agent wins; when the file has grown
+well past what it holds, the writer thread rewrites it with only the last records (atomically).
+
+A record is `<body length u32><crc32 u32><kind u8><id length u16><id><JSON>`, little-endian, so a
+torn last record (a crash mid-write) is found and dropped, and compaction needs no JSON parsing.
+The file starts with a header record naming the format, its version, the process hash seed that
+made the window digests, and a probe digest: a guard whose digests differ (another seed) keeps every
+count and trip but not the windows.
+"""
+
+from __future__ import annotations
+
+import array
+import base64
+import contextlib
+import logging
+import os
+import queue
+import struct
+import sys
+import threading
+import time
+import zlib
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, cast
+
+import orjson
+
+from breaker.engine import AgentState
+
+__all__ = [
+    "FORMAT",
+    "AgentRecord",
+    "GuardRecord",
+    "Loaded",
+    "StateStore",
+    "default_state_path",
+    "digest_probe",
+    "read_hash_seed",
+]
+
+log = logging.getLogger("cbconsole.guard")
+
+FORMAT = "cbconsole-state"
+VERSION = 1
+_HEAD = struct.Struct("<IIBH")  # body length, crc32 of the rest, kind, id length
+_HEADER, _AGENT, _GONE, _GUARD = 0, 1, 2, 3
+_NONE = -1  # a window slot the guard could not judge (CPython's hash() never returns -1)
+MAX_RECORD = 64 * 1024 * 1024
+COMPACT_MIN = 8 * 1024 * 1024  # never compact a file smaller than this
+COMPACT_RATIO = 4  # compact when the file is this many times what its last records weigh
+_PROBE = b"cbconsole-state-probe"
+
+
+def digest_probe() -> int:
+    """This process's digest of a fixed text: equal in two processes only if their window digests are."""
+    return hash(_PROBE)
+
+
+def default_state_path(socket_path: Path, environ: Any = None) -> Path:
+    """`$XDG_STATE_HOME/cbconsole/state/guard-<12 hex of the socket path>.cbstate`: one per guard socket."""
+    import hashlib
+
+    env = os.environ if environ is None else environ
+    base = Path(env.get("XDG_STATE_HOME") or Path.home() / ".local" / "state")
+    tag = hashlib.sha256(os.fsencode(os.path.abspath(socket_path))).hexdigest()[:12]
+    return base / "cbconsole" / "state" / f"guard-{tag}.cbstate"
+
+
+@dataclass(slots=True)
+class AgentRecord:
+    state: AgentState
+    harness: str
+    parent: str | None
+
+
+@dataclass(slots=True)
+class GuardRecord:
+    paused: bool = False
+    checks: int = 0
+    denies: dict[str, int] = field(default_factory=dict)
+    interrupts: list[tuple[str, str, int, str, str | None]] = field(
+        default_factory=list
+    )  # agent, reason, denies, harness, parent
+
+
+@dataclass(slots=True)
+class Loaded:
+    """What a state file held, and what the guard should be told about it."""
+
+    agents: list[AgentRecord] = field(default_factory=list)  # least recently saved first
+    guard: GuardRecord | None = None
+    windows: bool = True  # False: the digests were made with another hash seed
+    notes: list[str] = field(default_factory=list)
+    problem: str | None = None  # the file could not be used: the guard starts clean (said in notes too)
+
+
+# -- encoding ---------------------------------------------------------------------------------------
+
+
+def _frame(kind: int, ident: str, body: bytes) -> bytes:
+    idb = ident.encode("utf-8", "surrogatepass")[:65535]
+    rest = bytes([kind]) + len(idb).to_bytes(2, "little") + idb + body
+    return struct.pack("<II", len(rest) - 3, zlib.crc32(rest)) + rest
+
+
+def encode_agent(agent: str, state: AgentState | None, harness: str, parent: str | None) -> bytes:
+    if state is None:
+        return _frame(_GONE, agent, b"")
+    try:
+        ring = array.array("q", cast(list[int], state.ring))  # in C; a window holding None takes the slow way
+    except TypeError:
+        ring = array.array("q", [_NONE if k is None else k for k in state.ring])
+    body = {
+        "calls": state.calls,
+        "trips": state.trips,
+        "ring": base64.b64encode(ring.tobytes()).decode(),
+        "previews": [[k, tool, text] for k, (tool, text) in state.previews.items()],
+        "last_tool": state.last_tool,
+        "last_seen": state.last_seen,
+        "harness": harness,
+        "parent": parent,
+    }
+    return _frame(_AGENT, agent, orjson.dumps(body))
+
+
+def encode_guard(record: GuardRecord) -> bytes:
+    body = {
+        "paused": record.paused,
+        "checks": record.checks,
+        "denies": record.denies,
+        "interrupts": record.interrupts,
+    }
+    return _frame(_GUARD, "", orjson.dumps(body))
+
+
+def _header(seed: int | None) -> bytes:
+    body = {"format": FORMAT, "version": VERSION, "hashseed": seed, "probe": digest_probe(), "created": time.time()}
+    return _frame(_HEADER, "", orjson.dumps(body))
+
+
+def _records(data: bytes | memoryview) -> Iterable[tuple[int, int, str, memoryview, int]]:
+    """(offset, kind, id, body, end) for each whole record, stopping at the first torn or corrupt one."""
+    view = memoryview(data)
+    at = 0
+    while at + _HEAD.size <= len(view):
+        length, crc, kind, idlen = _HEAD.unpack_from(view, at)
+        end = at + 8 + 3 + length
+        if length > MAX_RECORD or end > len(view) or idlen > length:
+            return
+        rest = view[at + 8 : end]
+        if zlib.crc32(rest) != crc:
+            return
+        ident = bytes(rest[3 : 3 + idlen]).decode("utf-8", "surrogatepass")
+        yield at, kind, ident, rest[3 + idlen :], end
+        at = end
+
+
+def _decode_agent(agent: str, body: memoryview) -> AgentRecord:
+    obj = orjson.loads(body)
+    ring = array.array("q")
+    ring.frombytes(base64.b64decode(obj["ring"]))
+    if sys.byteorder != "little":  # pragma: no cover - written and read on the same machine in practice
+        ring.byteswap()
+    previews = {int(k): (str(tool), str(text)) for k, tool, text in obj.get("previews") or ()}
+    trips = {str(k): int(v) for k, v in (obj.get("trips") or {}).items()}
+    seen = obj.get("last_seen")
+    state = AgentState(
+        agent=agent,
+        calls=int(obj["calls"]),
+        trips=trips,
+        ring=[None if k == _NONE else k for k in ring],
+        previews=previews,
+        last_tool=str(obj.get("last_tool") or ""),
+        last_seen=float(seen) if isinstance(seen, (int, float)) else None,
+    )
+    parent = obj.get("parent")
+    return AgentRecord(state, str(obj.get("harness") or ""), parent if isinstance(parent, str) else None)
+
+
+def _decode_guard(body: memoryview) -> GuardRecord:
+    obj = orjson.loads(body)
+    interrupts = [
+        (str(a), str(r), int(d), str(h or ""), p if isinstance(p, str) else None)
+        for a, r, d, h, p in obj.get("interrupts") or ()
+    ]
+    denies = {str(k): int(v) for k, v in (obj.get("denies") or {}).items()}
+    return GuardRecord(bool(obj.get("paused")), int(obj.get("checks") or 0), denies, interrupts)
+
+
+def read_hash_seed(path: Path) -> int | None:
+    """The hash seed a state file's windows were made with (None: no usable file). Cheap: the header only."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(4096)
+    except OSError:
+        return None
+    for _at, kind, _ident, body, _end in _records(head):
+        if kind != _HEADER:
+            return None
+        try:
+            obj = orjson.loads(body)
+        except orjson.JSONDecodeError:
+            return None
+        seed = obj.get("hashseed") if obj.get("format") == FORMAT else None
+        return seed if type(seed) is int and 0 <= seed <= 4294967295 else None
+    return None
+
+
+def load(path: Path) -> tuple[Loaded, int]:
+    """Read a state file. Returns what it holds and the byte length of its whole records (a torn
+    tail past it is to be cut). Never raises for bad content: `problem` says why it was not used."""
+    out = Loaded()
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except FileNotFoundError:
+        return out, 0
+    except OSError as exc:
+        out.problem = f"cannot read the state file {path}: {exc.strerror or exc}"
+        return out, 0
+    agents: dict[str, AgentRecord | None] = {}
+    good = 0
+    first = True
+    try:
+        for _at, kind, ident, body, end in _records(data):
+            if first:
+                header = orjson.loads(body) if kind == _HEADER else None
+                if not isinstance(header, dict) or header.get("format") != FORMAT:
+                    out.problem = f"{path} is not a cbconsole state file"
+                    return out, 0
+                if header.get("version") != VERSION:
+                    out.problem = f"{path} is a state file of format version {header.get('version')!r}, not {VERSION}"
+                    return out, 0
+                if header.get("probe") != digest_probe():
+                    out.windows = False
+                    out.notes.append(
+                        f"the windows in {path} were made with another hash seed: agents keep their calls, "
+                        "trips and interrupts, not their windows"
+                    )
+                first = False
+            elif kind == _AGENT:
+                agents.pop(ident, None)  # re-inserted last: the order of the file is the order of activity
+                agents[ident] = _decode_agent(ident, body)
+            elif kind == _GONE:
+                agents.pop(ident, None)
+            elif kind == _GUARD:
+                out.guard = _decode_guard(body)
+            good = end
+    except (ValueError, KeyError, TypeError, orjson.JSONDecodeError) as exc:
+        out.problem = f"{path} holds a record that cannot be read ({type(exc).__name__}: {exc}); not used"
+        out.agents, out.guard = [], None
+        return out, 0
+    if first and data:
+        out.problem = f"{path} is not a cbconsole state file (no header)"
+        return out, 0
+    if good < len(data):
+        out.notes.append(
+            f"{path} ended in a torn or corrupt record ({len(data) - good} bytes after byte {good} dropped: "
+            "a crash mid-write loses at most that save)"
+        )
+    out.agents = [r for r in agents.values() if r is not None]
+    return out, good
+
+
+# -- the store --------------------------------------------------------------------------------------
+
+
+class StateStore:
+    """The state file and the thread that writes it. `save(records, done)` queues encoded work; the
+    thread appends, fsyncs, compacts when due, then calls `done()` (from the thread)."""
+
+    def __init__(self, path: Path, seed: int | None, on_error: Callable[[str], Any] | None = None) -> None:
+        self.path = path
+        self.seed = seed
+        self.on_error = on_error
+        self.error: str | None = None
+        self.size = 0
+        self._fd: int | None = None
+        self._queue: queue.SimpleQueue[tuple[list[Any], Callable[[], Any] | None] | None] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self.saves = 0
+
+    # -- start ----------------------------------------------------------------------------------
+
+    def open(self) -> Loaded:
+        """Read the file (setting a bad one aside), cut a torn tail, start the writer. Never raises
+        for bad content; an unusable directory leaves the store off with `error` saying why."""
+        loaded, good = load(self.path)
+        try:
+            self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            for stale in self.path.parent.glob(f".{self.path.name}.*.tmp"):
+                with contextlib.suppress(OSError):
+                    stale.unlink()  # a compaction a crash interrupted
+            if loaded.problem is not None and self.path.exists():
+                aside = self.path.with_name(f"{self.path.name}.bad-{time.strftime('%Y%m%dT%H%M%S')}")
+                os.replace(self.path, aside)
+                loaded.notes.append(f"{loaded.problem}: set aside as {aside.name}; the guard starts clean")
+                good = 0
+            if good == 0:
+                self._rewrite([])  # a fresh file with this process's header
+            else:
+                fd = os.open(self.path, os.O_WRONLY | os.O_CLOEXEC)
+                try:
+                    os.ftruncate(fd, good)
+                finally:
+                    os.close(fd)
+                if not loaded.windows:
+                    self._rewrite(self._live_records())  # from now on, this process's digests
+            self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
+            self.size = os.fstat(self._fd).st_size
+        except OSError as exc:
+            self._fail(f"cannot keep state in {self.path}: {exc.strerror or exc}; the guard will forget on restart")
+            return loaded
+        self._thread = threading.Thread(target=self._run, name="state-writer", daemon=True)
+        self._thread.start()
+        return loaded
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None
+
+    def _fail(self, message: str) -> None:
+        if message != self.error:
+            log.warning("%s", message)
+            if self.on_error is not None:
+                with contextlib.suppress(Exception):
+                    self.on_error(message)
+        self.error = message
+
+    # -- writing ------------------------------------------------------------------------------------
+
+    def save(self, items: list[Any], done: Callable[[], Any] | None = None) -> None:
+        """Queue records to write: `(agent, AgentState | None, harness, parent)` tuples and
+        GuardRecords, encoded on the writer thread. `done()` runs there once they are on disk."""
+        if self._thread is None:
+            if done is not None:
+                done()
+            return
+        self._queue.put((items, done))
+
+    def close(self, timeout: float = 10.0) -> None:
+        """Write what is queued, then stop the thread."""
+        if self._thread is not None:
+            self._queue.put(None)
+            self._thread.join(timeout)
+            self._thread = None
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+    def _run(self) -> None:
+        while True:
+            job = self._queue.get()
+            if job is None:
+                return
+            batch = [job]
+            while True:  # everything already waiting goes out with one fsync
+                try:
+                    more = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                if more is None:
+                    self._write(batch)
+                    return
+                batch.append(more)
+            self._write(batch)
+
+    def _write(self, batch: list[tuple[list[Any], Callable[[], Any] | None]]) -> None:
+        chunks: list[bytes] = []
+        for items, _done in batch:
+            for n, item in enumerate(items):
+                chunks.append(encode_guard(item) if isinstance(item, GuardRecord) else encode_agent(*item))
+                if n % 64 == 63:
+                    time.sleep(0)  # let the event loop's thread have the interpreter between slices
+        data = b"".join(chunks)
+        try:
+            if self._fd is None:
+                raise OSError("the state file is not open")
+            view = memoryview(data)
+            while view:
+                view = view[os.write(self._fd, view) :]
+            os.fsync(self._fd)
+            self.size += len(data)
+            self.saves += 1
+            if self.error is not None:
+                log.info("state file %s is written again", self.path)
+                self.error = None
+            if self.size > COMPACT_MIN:
+                self._maybe_compact()
+        except OSError as exc:
+            self._fail(f"cannot write the state file {self.path}: {exc.strerror or exc}")
+        for _items, done in batch:
+            if done is not None:
+                with contextlib.suppress(Exception):
+                    done()
+
+    def _live_records(self) -> list[bytes]:
+        """The last record of every agent still there, and the last guard record, in file order."""
+        try:
+            with open(self.path, "rb") as f:
+                data = f.read()
+        except OSError:
+            return []
+        last: dict[str, tuple[int, bytes]] = {}
+        guard: bytes | None = None
+        for n, (at, kind, ident, _body, end) in enumerate(_records(data)):
+            if kind == _AGENT:
+                last.pop(ident, None)
+                last[ident] = (at, data[at:end])
+            elif kind == _GONE:
+                last.pop(ident, None)
+            elif kind == _GUARD:
+                guard = data[at:end]
+            if n % 256 == 255:
+                time.sleep(0)
+        out = [record for _at, record in last.values()]
+        if guard is not None:
+            out.append(guard)
+        return out
+
+    def _maybe_compact(self) -> None:
+        live = self._live_records()
+        weight = sum(map(len, live))
+        if self.size < COMPACT_RATIO * weight:
+            return
+        self._rewrite(live)
+        if self._fd is not None:
+            os.close(self._fd)
+        self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
+        self.size = os.fstat(self._fd).st_size
+        log.info("state file %s compacted to %d bytes (%d records)", self.path, self.size, len(live))
+
+    def _rewrite(self, records: list[bytes]) -> None:
+        """Replace the file with a header and `records`: temp file, fsync, rename, fsync the directory."""
+        tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+        try:
+            os.write(fd, _header(self.seed))
+            for record in records:
+                view = memoryview(record)
+                while view:
+                    view = view[os.write(fd, view) :]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, self.path)
+        with contextlib.suppress(OSError):
+            dfd = os.open(self.path.parent, os.O_RDONLY | os.O_DIRECTORY)
+            try:
+                os.fsync(dfd)
+            finally:
+                os.close(dfd)

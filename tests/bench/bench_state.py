@@ -1,0 +1,198 @@
+"""Benchmark: what keeping state across restarts costs a check, and a check's p99 with a console at 10,000 agents.
+
+Run:  .venv/bin/python tests/bench/bench_state.py          (add --quick for a fast smoke run)
+
+1. Persistence. Two real guards (`cbconsole --headless`), one with `--state none`, one keeping its
+   state file; one client process sends checks one at a time (100 agents, repeated keys, so windows
+   fill and loops trip) to each in alternating rounds. Printed: p50 and p99 of each, and the p50
+   ratio (target: within 10% of without, i.e. ratio <= 1.10).
+2. Scale. One guard with 10,000 agents, each with repeated keys in its window (the default
+   `maxAgents`). Then checks at a steady rate from one client, first with no subscriber, then with a
+   console-like subscriber reading every state frame. Printed: p50/p99 of each and the p99 ratio
+   (target: check p99 <= 2 ms with the subscriber).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import orjson
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def pct(samples: list[int], q: float) -> float:
+    s = sorted(samples)
+    return s[min(len(s) - 1, int(len(s) * q))] / 1000
+
+
+def start_guard(d: Path, name: str, *args: str) -> tuple[subprocess.Popen, Path, Path]:
+    run = d / name
+    run.mkdir(mode=0o700)
+    sock = run / "guard.sock"
+    operator = d / f"{name}-operator" / "operator.sock"
+    env = {**os.environ, "DSH_HOME": str(d / "dsh"), "XDG_STATE_HOME": str(d / f"{name}-state")}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "console.cli", "--headless", "--socket", str(sock), "--log-level", "warning", *args],
+        cwd=ROOT,
+        env=env,
+    )
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        try:
+            with socket.socket(socket.AF_UNIX) as s:
+                s.connect(str(operator))
+                break
+        except OSError:
+            time.sleep(0.05)
+    else:
+        raise RuntimeError(f"guard {name} did not start")
+    return proc, sock, operator
+
+
+class Line:
+    """One connection, a request at a time."""
+
+    def __init__(self, path: Path) -> None:
+        self.sock = socket.socket(socket.AF_UNIX)
+        self.sock.connect(str(path))
+        self.file = self.sock.makefile("rb")
+
+    def ask(self, frame: bytes) -> None:
+        self.sock.sendall(frame)
+        self.file.readline()
+
+    def pipeline(self, frames: list[bytes]) -> None:
+        for i in range(0, len(frames), 500):
+            chunk = frames[i : i + 500]
+            self.sock.sendall(b"".join(chunk))
+            for _ in chunk:
+                self.file.readline()
+
+
+def check(i: int, agent: str, args: dict) -> bytes:
+    return orjson.dumps({"op": "check", "id": i, "agent": agent, "tool": "web_search", "args": args}) + b"\n"
+
+
+def persistence(rounds: int, per_round: int) -> None:
+    rng = random.Random(3)
+    frames = [check(i, f"agent-{rng.randrange(100)}", {"query": f"q{rng.randrange(30)}"}) for i in range(per_round)]
+    with tempfile.TemporaryDirectory() as tmp:
+        d = Path(tmp)
+        off, off_sock, _ = start_guard(d, "off", "--state", "none")
+        on, on_sock, _ = start_guard(d, "on")
+        lat: dict[str, list[int]] = {"off": [], "on": []}
+        try:
+            lines = {"off": Line(off_sock), "on": Line(on_sock)}
+            for line in lines.values():
+                line.pipeline(frames[:200])  # warm up
+            for r in range(rounds):
+                for name in ("off", "on") if r % 2 == 0 else ("on", "off"):
+                    line, out = lines[name], lat[name]
+                    for frame in frames:
+                        t0 = time.perf_counter_ns()
+                        line.ask(frame)
+                        out.append(time.perf_counter_ns() - t0)
+            size = sum(f.stat().st_size for f in (d / "on-state").rglob("*.cbstate"))
+        finally:
+            for proc in (off, on):
+                proc.send_signal(signal.SIGTERM)
+                proc.wait(20)
+    off50, off99, on50, on99 = pct(lat["off"], 0.5), pct(lat["off"], 0.99), pct(lat["on"], 0.5), pct(lat["on"], 0.99)
+    print(
+        f"persistence: {rounds} alternating rounds of {per_round:,} checks each (100 agents); state file {size:,} bytes"
+    )
+    print(f"  check, no state file:    p50 {off50:7.1f} us  p99 {off99:8.1f} us")
+    print(f"  check, state kept:       p50 {on50:7.1f} us  p99 {on99:8.1f} us")
+    print(f"  ratio p50 {on50 / off50:5.2f}x  p99 {on99 / off99:5.2f}x   target p50 ratio <= 1.10")
+
+
+def drain(path: Path, stop: threading.Event, counts: list[int]) -> None:
+    """A console-like subscriber: reads and decodes every state frame."""
+    s = socket.socket(socket.AF_UNIX)
+    s.connect(str(path))
+    s.sendall(b'{"op":"subscribe","id":1}\n')
+    f = s.makefile("rb")
+    s.settimeout(0.5)
+    while not stop.is_set():
+        try:
+            line = f.readline()
+        except (TimeoutError, OSError):
+            continue
+        if not line:
+            break
+        orjson.loads(line)
+        counts[0] += 1
+    s.close()
+
+
+def scale(agents: int, seconds: float, rate: int) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        d = Path(tmp)
+        proc, sock, operator = start_guard(d, "big", "--state", "none")
+        try:
+            feed = Line(sock)
+            frames = [check(i, f"agent-{i % agents}", {"query": f"q{(i // agents) % 4}"}) for i in range(agents * 8)]
+            feed.pipeline(frames)  # each agent: 4 keys, each twice: repeated keys everywhere
+            rng = random.Random(5)
+
+            def measure() -> list[int]:
+                out = []
+                period = 1 / rate
+                start = time.perf_counter()
+                n = 0
+                while time.perf_counter() - start < seconds:
+                    due = start + n * period
+                    now = time.perf_counter()
+                    if due > now:
+                        time.sleep(due - now)
+                    a = rng.randrange(agents)
+                    frame = check(n, f"agent-{a}", {"query": f"q{rng.randrange(6)}"})
+                    t0 = time.perf_counter_ns()
+                    feed.ask(frame)
+                    out.append(time.perf_counter_ns() - t0)
+                    n += 1
+                return out
+
+            alone = measure()
+            stop, counts = threading.Event(), [0]
+            reader = threading.Thread(target=drain, args=(operator, stop, counts), daemon=True)
+            reader.start()
+            time.sleep(1.0)  # the first, full picture (10,000 rows, in parts)
+            watched = measure()
+            stop.set()
+            reader.join(5)
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(20)
+    a50, a99, w50, w99 = pct(alone, 0.5), pct(alone, 0.99), pct(watched, 0.5), pct(watched, 0.99)
+    print(f"scale: {agents:,} agents with repeated keys; {rate:,} checks/s for {seconds:.0f} s per phase")
+    print(f"  check, no subscriber:    p50 {a50:7.1f} us  p99 {a99:8.1f} us  ({len(alone):,} checks)")
+    print(
+        f"  check, console attached: p50 {w50:7.1f} us  p99 {w99:8.1f} us  "
+        f"({len(watched):,} checks, {counts[0]} frames)"
+    )
+    print(f"  ratio p99 {w99 / a99:5.2f}x   target p99 <= 2000 us with the console attached")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true")
+    quick = ap.parse_args().quick
+    print(f"Python {sys.version.split()[0]}, {os.cpu_count()} CPUs")
+    persistence(rounds=2 if quick else 6, per_round=1_000 if quick else 5_000)
+    scale(agents=1_000 if quick else 10_000, seconds=1.0 if quick else 8.0, rate=1_000 if quick else 2_000)
+
+
+if __name__ == "__main__":
+    main()

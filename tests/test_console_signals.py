@@ -1,0 +1,251 @@
+"""Closing the terminal, or SIGHUP / SIGTERM, never leaves an orphan guard: real consoles in real terminals."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shlex
+import shutil
+import signal
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from breaker.client import GuardClient
+from tests.conftest import ROOT, Tmux, request
+
+pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="needs tmux (.ci/run installs it)")
+
+ENDING = [signal.SIGHUP, signal.SIGTERM]
+
+
+def wait_until(predicate: Callable[[], object], what: str, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for: {what}")
+        time.sleep(0.05)
+
+
+def alive(pid: int) -> bool:
+    """Running (a zombie nobody reaped yet has exited)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError:
+        return ""
+
+
+def children(pid: int) -> list[int]:
+    out: list[int] = []
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        try:
+            out += [int(c) for c in (task / "children").read_text().split()]
+        except OSError:
+            pass
+    return out
+
+
+def descendants(pid: int) -> list[int]:
+    found, todo = [], [pid]
+    while todo:
+        for child in children(todo.pop()):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+class Terminal:
+    """`cbconsole` in a real terminal (tmux) with its own state, runtime, temp and dsh directories."""
+
+    def __init__(self, tmux: Tmux, root: Path) -> None:
+        self.tmux = tmux
+        self.root = root
+        self.state = root / "state"
+        self.runtime = root / "run"
+        self.tmp = root / "tmp"
+        self.home = root / "dsh"
+        for d in (self.state, self.tmp, self.home, root / "config"):
+            d.mkdir()
+        self.runtime.mkdir(mode=0o700)
+        self.config = root / "config"
+        self.console_pid = 0
+
+    @property
+    def socket(self) -> Path:
+        return self.runtime / "cbconsole" / "guard.sock"
+
+    @property
+    def log(self) -> Path:
+        return self.state / "cbconsole" / "guard.log"
+
+    def log_text(self) -> str:
+        return self.log.read_text() if self.log.exists() else ""
+
+    def start(self, *args: str) -> int:
+        env = {
+            "XDG_STATE_HOME": self.state,
+            "XDG_RUNTIME_DIR": self.runtime,
+            "XDG_CONFIG_HOME": self.config,
+            "TMPDIR": self.tmp,
+            "DSH_HOME": self.home,
+        }
+        assigns = " ".join(f"{k}={shlex.quote(str(v))}" for k, v in env.items())
+        # COLUMNS/LINES from the test runner would override the terminal size Textual reads
+        console = f"env -u COLUMNS -u LINES -u CBCONSOLE_SOCKET {assigns} {sys.executable} -m console.cli"
+        self.tmux.start(f"cd {ROOT} && {console} {shlex.join(args)}; echo CONSOLE-EXITED $?; sleep 60")
+        shell = self.tmux.pane_pid()
+        wait_until(lambda: self._find_console(shell), "the console process")
+        self.console_pid = self._find_console(shell)
+        return self.console_pid
+
+    @staticmethod
+    def _find_console(shell: int) -> int:
+        for pid in descendants(shell):
+            line = cmdline(pid)
+            if "console.cli" in line and "--headless" not in line:
+                return pid
+        return 0
+
+    def child(self, marker: str, timeout: float = 30.0) -> int:
+        """The pid of the console's child whose command line has `marker`, once it is there."""
+
+        def find() -> int:
+            return next((p for p in children(self.console_pid) if marker in cmdline(p)), 0)
+
+        wait_until(find, f"the console's {marker} child", timeout)
+        return find()
+
+    def left_running(self) -> dict[int, str]:
+        """Our Python processes (console, guard, demo driver) still running with a path of this terminal's."""
+        found = {}
+        for entry in Path("/proc").iterdir():
+            if entry.name.isdigit() and alive(int(entry.name)):
+                line = cmdline(int(entry.name))
+                if line.startswith(sys.executable) and str(self.root) in line:
+                    found[int(entry.name)] = line
+        return found
+
+    def demo_dirs(self) -> list[Path]:
+        return list(self.tmp.glob("cbconsole-demo-*"))
+
+
+@pytest.fixture
+def term(tmux: Tmux, tmp_path: Path) -> Iterator[Terminal]:
+    t = Terminal(tmux, tmp_path)
+    yield t
+    for pid in t.left_running():  # a failed test leaves no orphan behind it
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+
+def test_closing_the_terminal_stops_the_demo_guard_and_driver_and_removes_the_demo_files(term):
+    console = term.start("--demo")
+    guard = term.child("breaker.headless")
+    driver = term.child("console.demo")
+    # the simulated agents are checking with the guard
+    term.tmux.wait_for("Agents — most dangerous first (5)", timeout=60)
+    [demo_dir] = term.demo_dirs()
+    assert (demo_dir / "h" / "guard.sock").exists()
+    term.tmux.run("kill-session", "-t", "main")
+    wait_until(lambda: not alive(guard), "the demo guard to exit")
+    wait_until(lambda: not alive(driver), "the demo driver to exit")
+    wait_until(lambda: not alive(console), "the console to exit")
+    assert not demo_dir.exists()
+    assert f"cbconsole exited on SIGHUP; it stopped the guard it started (pid {guard})" in term.log_text()
+
+
+@pytest.mark.parametrize("sig", ENDING, ids=lambda s: s.name)
+def test_a_signal_stops_the_guard_it_started_when_no_harness_uses_it(term, sig):
+    console = term.start()
+    term.tmux.wait_for("guard running", timeout=60)
+    guard = term.child("breaker.headless")
+    os.kill(console, sig)
+    wait_until(lambda: not alive(guard), "the guard to exit")
+    wait_until(lambda: not alive(console), "the console to exit")
+    assert not term.socket.exists()
+    assert f"cbconsole exited on {sig.name}; it stopped the guard it started (pid {guard})" in term.log_text()
+    if sig == signal.SIGTERM:  # the terminal is still there: the console restored it and said how it ended
+        term.tmux.wait_for(f"CONSOLE-EXITED {128 + sig}", timeout=60)
+
+
+@pytest.mark.parametrize("sig", ENDING, ids=lambda s: s.name)
+def test_a_signal_leaves_a_guard_that_harnesses_use_serving_and_says_so_in_its_log(term, sig):
+    console = term.start()
+    term.tmux.wait_for("guard running", timeout=60)
+    guard = term.child("breaker.headless")
+    dsh = GuardClient(term.socket, harness="dsh")
+    claude = GuardClient(term.socket, harness="claude-code")
+    try:
+        assert dsh.check("sig-a", "read", {"p": 1}).fallback is False
+        assert claude.check("sig-b", "read", {"p": 1}).fallback is False
+        os.kill(console, sig)
+        wait_until(lambda: not alive(console), "the console to exit")
+        line = (
+            f"cbconsole exited on {sig.name}; the guard keeps serving 2 harness connection(s) "
+            f"(claude-code 1, dsh 1); stop it with kill {guard}"
+        )
+        assert line in term.log_text()
+        assert alive(guard)
+        looped = [dsh.check("sig-a", "web_search", {"q": "same"}) for _ in range(7)]
+        assert [d.fallback for d in looped] == [False] * 7
+        assert looped[-1].kind == "duplicate"  # judged by the guard, which still counts
+        assert request(term.socket, {"op": "ping", "id": 2})["pong"]
+    finally:
+        dsh.close()
+        claude.close()
+        if alive(guard):
+            os.kill(guard, signal.SIGTERM)
+            wait_until(lambda: not alive(guard), "the guard to stop")
+
+
+def test_leave_running_keeps_the_guard_on_a_signal_as_on_quit(term):
+    console = term.start("--leave-running")
+    term.tmux.wait_for("guard running", timeout=60)
+    guard = term.child("breaker.headless")
+    try:
+        os.kill(console, signal.SIGTERM)
+        wait_until(lambda: not alive(console), "the console to exit")
+        assert alive(guard)
+        assert request(term.socket, {"op": "ping", "id": 1})["pong"]
+        line = f"cbconsole exited on SIGTERM; the guard keeps serving (--leave-running); stop it with kill {guard}"
+        assert line in term.log_text()
+    finally:
+        if alive(guard):
+            os.kill(guard, signal.SIGTERM)
+            wait_until(lambda: not alive(guard), "the guard to stop")
+
+
+@pytest.mark.parametrize("sig", ENDING, ids=lambda s: s.name)
+def test_a_signal_never_touches_a_guard_the_console_attached_to(term, guard, sig):
+    console = term.start("--socket", str(guard.socket))  # a guard already answers there: attach
+    term.tmux.wait_for("guard attached", timeout=60)
+    assert not any("breaker.headless" in cmdline(p) for p in children(console))
+    os.kill(console, sig)
+    wait_until(lambda: not alive(console), "the console to exit")
+    assert guard.proc.poll() is None
+    assert request(guard.socket, {"op": "ping", "id": 1})["pong"]
+    assert "cbconsole exited" not in term.log_text()
+
+
+@pytest.mark.parametrize("mode", ["own", "demo"])
+@pytest.mark.parametrize("sig", ENDING, ids=lambda s: s.name)
+def test_a_console_ended_while_its_guard_is_starting_leaves_nothing_behind(term, sig, mode):
+    console = term.start(*(["--demo"] if mode == "demo" else []))
+    guard = term.child("breaker.headless")  # the guard was just forked: it is not serving yet
+    os.kill(console, sig)
+    wait_until(lambda: not alive(console), "the console to exit")
+    wait_until(lambda: not alive(guard), "the guard to exit")
+    assert term.left_running() == {}
+    assert term.demo_dirs() == []
+    assert not term.socket.exists()

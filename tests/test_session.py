@@ -1,0 +1,414 @@
+"""The guard's protocol session in process, without sockets: planes, reply order, flow control, state frames.
+
+`ServerSession` is the server minus I/O, so these run in milliseconds and drive exactly the states a
+socket test can only hope to hit (a reply held by a job, a subscriber that reads nothing, a pool full).
+"""
+
+from __future__ import annotations
+
+import json
+
+import orjson
+import pytest
+
+from breaker import Config, Guard
+from breaker.protocol import OPS, ErrorReply, StateFrame
+from breaker.session import (
+    BATCH,
+    DROP_AFTER,
+    PRIVATE_BUFFER,
+    ROWS_PER_PART,
+    ConfigJob,
+    DurableJob,
+    IncidentJob,
+    ServerSession,
+    Slot,
+)
+
+UID = 1000
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def make(config: Config | None = None, **options) -> ServerSession:
+    return ServerSession(Guard(config), clock=Clock(), owner_uid=UID, pid=42, **options)
+
+
+def frame(**fields) -> bytes:
+    return orjson.dumps(fields) + b"\n"
+
+
+def check(rid, agent="a", tool="t", args=None, **extra) -> bytes:
+    return frame(op="check", id=rid, agent=agent, tool=tool, args=args if args is not None else {}, **extra)
+
+
+def replies(session: ServerSession, ch) -> list[dict]:
+    """What the session has for `ch` right now, decoded (and taken)."""
+    session.woken.discard(ch)
+    return [orjson.loads(line) for line in ch.take_output().splitlines()]
+
+
+def settle_jobs(session: ServerSession) -> None:
+    """Do what the transport does for the jobs that need no I/O here: durable saves complete at once."""
+    while session.jobs:
+        job = session.jobs.popleft()
+        if isinstance(job, DurableJob):
+            session.complete(job.channel, job.slot, job.data)
+
+
+# -- planes -----------------------------------------------------------------------------------------
+
+
+OPERATOR_REQUESTS = {
+    "subscribe": {},
+    "unsubscribe": {},
+    "interrupt": {"agent": "a"},
+    "uninterrupt": {"agent": "a"},
+    "reset": {"agent": "a"},
+    "pause": {},
+    "resume": {},
+    "config_get": {},
+    "config_set": {"changes": {"enabled": False}},
+    "snapshot": {},
+    "stats": {},
+}
+
+
+def test_every_op_is_either_a_harness_op_or_tested_here_as_an_operator_op():
+    harness_ops = {op for op, cls in OPS.items() if cls.plane == "harness"}
+    assert harness_ops == {"hello", "check", "agent_end", "ping"}
+    assert set(OPS) == harness_ops | set(OPERATOR_REQUESTS)
+
+
+@pytest.mark.parametrize("op", sorted(OPERATOR_REQUESTS))
+def test_the_harness_plane_refuses_every_op_that_changes_the_guard_or_reads_other_agents(op):
+    session = make()
+    ch = session.open("harness", UID, 7)
+    session.receive(ch, check(1))
+    session.receive(ch, frame(op=op, id=2, **OPERATOR_REQUESTS[op]))
+    settle_jobs(session)
+    got = replies(session, ch)
+    assert got[1]["error"]["code"] == "operator_only" and got[1]["id"] == 2
+    assert not session.guard.paused and session.guard.config.enabled and ch.sub is None
+    assert session.guard.agents() == ["a"] and not session.guard.interrupted("a")
+    assert not any(isinstance(job, ConfigJob) for job in session.jobs)
+
+
+def test_the_operator_plane_serves_operator_ops_and_checks():
+    session = make()
+    ch = session.open("operator", UID, 7)
+    session.receive(ch, check(1))
+    session.receive(ch, frame(op="pause", id=2))
+    settle_jobs(session)
+    assert [r.get("decision", r.get("paused")) for r in replies(session, ch)] == ["allow", True]
+    assert session.guard.paused
+
+
+def test_a_peer_of_another_user_is_refused_and_one_the_platform_cannot_name_is_served():
+    session = make()
+    other = session.open("harness", UID + 1, 99)
+    assert other.closing and other not in session.channels
+    (refusal,) = [orjson.loads(line) for line in other.take_output().splitlines()]
+    assert refusal["error"]["code"] == "forbidden"
+    unknown = session.open("harness", None, None)  # a platform without peer credentials
+    session.receive(unknown, check(1))
+    assert replies(session, unknown) == [{"id": 1, "decision": "allow"}]
+
+
+# -- replies in request order ----------------------------------------------------------------------
+
+
+def test_requests_after_a_config_set_wait_for_it_and_see_its_effect():
+    session = make()
+    ch = session.open("operator", UID, 7)
+    session.receive(ch, frame(op="config_set", id=1, changes={"duplicateLimit": 1}) + check(2) + check(3))
+    (job,) = [j for j in session.jobs if isinstance(j, ConfigJob)]
+    assert replies(session, ch) == [] and session.guard.checks == 0  # not even judged yet
+    session.guard.config = session.guard.config.replace(duplicate_limit=1)  # what the transport's job does
+    assert session.complete(ch, job.slot, b'{"id":1,"ok":true}\n') is True  # "give it a turn"
+    session.turn(ch)
+    got = replies(session, ch)
+    assert [r["id"] for r in got] == [1, 2, 3]
+    assert [r.get("decision") for r in got[1:]] == ["allow", "deny"]  # judged under the new limit
+
+
+def test_replies_to_operator_changes_wait_for_the_save_but_later_requests_do_not():
+    session = make()
+    ch = session.open("operator", UID, 7)
+    session.receive(ch, frame(op="interrupt", id=1, agent="x") + check(2, agent="x"))
+    (job,) = [j for j in session.jobs if isinstance(j, DurableJob)]
+    assert replies(session, ch) == [] and session.guard.checks == 1  # judged (and denied) already
+    session.complete(job.channel, job.slot, job.data)
+    got = replies(session, ch)
+    assert [r["id"] for r in got] == [1, 2] and got[1]["kind"] == "interrupted"
+
+
+def test_a_half_close_after_a_config_set_still_gets_its_reply_before_the_close():
+    session = make()
+    ch = session.open("operator", UID, 7)
+    session.receive(ch, frame(op="config_set", id=1, changes={"window": 50}))
+    session.eof(ch)
+    assert not ch.done  # a reply is still owed
+    (job,) = [j for j in session.jobs if isinstance(j, ConfigJob)]
+    if session.complete(ch, job.slot, b'{"id":1,"ok":true}\n'):
+        session.turn(ch)
+    assert replies(session, ch) == [{"id": 1, "ok": True}]
+    assert ch.done
+
+
+def test_a_last_frame_without_its_newline_is_answered_at_eof():
+    session = make()
+    ch = session.open("harness", UID, 7)
+    session.receive(ch, check(1)[:-1])
+    assert replies(session, ch) == []
+    session.eof(ch)
+    assert replies(session, ch) == [{"id": 1, "decision": "allow"}] and ch.done
+
+
+def test_operator_changes_are_acknowledged_only_after_the_save():
+    session = make()
+    ch = session.open("operator", UID, 7)
+    session.receive(ch, frame(op="interrupt", id=1, agent="a", reason="stop"))
+    assert session.guard.interrupted("a")  # in force at once...
+    assert replies(session, ch) == []  # ...acknowledged once saved
+    (job,) = [j for j in session.jobs if isinstance(j, DurableJob)]
+    session.complete(job.channel, job.slot, job.data)
+    assert replies(session, ch) == [{"id": 1, "ok": True, "notified": 0}]
+
+
+def test_a_connection_is_answered_in_turns_of_batch_frames():
+    session = make()
+    ch = session.open("harness", UID, 7)
+    session.receive(ch, b"".join(check(i, args={"i": i}) for i in range(BATCH * 2 + 5)))
+    assert len(replies(session, ch)) == BATCH
+    assert session.turn(ch) is True  # more waiting: the transport lets others in, then calls again
+    assert session.turn(ch) is False
+    assert [r["id"] for r in replies(session, ch)] == list(range(BATCH, BATCH * 2 + 5))
+
+
+# -- ids, config keys --------------------------------------------------------------------------------
+
+
+def test_ids_beyond_64_bits_are_echoed_exactly():
+    session = make()
+    ch = session.open("harness", UID, 7)
+    big = 2**70 + 1
+    session.receive(ch, f'{{"op":"check","id":{big},"agent":"a","tool":"t"}}\n'.encode())
+    session.receive(ch, f'{{"op":"ping","id":-{big}}}\n'.encode())
+    session.receive(ch, b'{"op":"ping","id":12345678901234567890123.5}\n')
+    lines = ch.take_output().splitlines()
+    assert [json.loads(line)["id"] for line in lines] == [big, -big, 12345678901234567890123.5]
+
+
+def test_interrupt_command_can_never_be_set_over_a_socket():
+    session = make()
+    ch = session.open("operator", UID, 7)
+    session.receive(ch, frame(op="config_set", id=1, changes={"interruptCommand": ["/bin/sh", "-c", "id"]}))
+    (reply,) = replies(session, ch)
+    assert reply["error"]["code"] == "forbidden_key" and "patch file" in reply["error"]["message"]
+    assert not session.jobs
+
+
+def test_a_config_set_names_every_bad_value_at_once():
+    session = make()
+    ch = session.open("operator", UID, 7)
+    session.receive(ch, frame(op="config_set", id=1, changes={"window": 0, "duplicateLimt": 2}))
+    (reply,) = replies(session, ch)
+    assert reply["error"]["code"] == "bad_config"
+    assert sorted(p["key"] for p in reply["error"]["problems"]) == ["duplicateLimt", "window"]
+
+
+# -- flow control ----------------------------------------------------------------------------------------
+
+
+def test_an_interrupt_push_to_a_connection_that_reads_nothing_is_dropped_and_counted():
+    session = make()
+    looper = session.open("harness", UID, 7)
+    session.receive(looper, check(1, agent="x"))
+    replies(session, looper)
+    session.set_backlog(looper, True)  # the transport says: 256 KiB unsent
+    operator = session.open("operator", UID, 8)
+    for i in range(20_000):
+        session.receive(operator, frame(op="interrupt", id=i, agent="x", reason="stop"))
+        settle_jobs(session)
+    assert looper.urgent == [] and session.stats.events_dropped == 20_000
+    session.receive(operator, check(1, agent="x"))
+    assert replies(session, operator)[-1]["kind"] == "interrupted"  # the deny says it anyway
+
+
+def test_large_unfinished_frames_share_a_bounded_pool_and_small_ones_are_never_refused():
+    session = make(pool=3 * PRIVATE_BUFFER)
+    big = [session.open("harness", UID, i) for i in range(3)]
+    chunk = b'{"op":"check","id":1,"agent":"a","tool":"t","args":"' + b"x" * (2 * PRIVATE_BUFFER)
+    session.receive(big[0], chunk)  # 1 pool unit
+    session.receive(big[1], chunk)  # 2 pool units
+    assert not big[0].closing and not big[1].closing
+    session.receive(big[2], chunk)  # would be 3+: refused
+    assert big[2].closing
+    assert orjson.loads(big[2].take_output())["error"]["code"] == "busy"
+    small = session.open("harness", UID, 9)
+    session.receive(small, check(5))
+    assert replies(session, small) == [{"id": 5, "decision": "allow"}]
+    session.receive(big[0], b'"}\n')  # its frame completes: its share goes back to the pool
+    assert replies(session, big[0])[0]["decision"] == "allow"
+    assert session.pooled == big[1].pooled
+
+
+# -- state frames ---------------------------------------------------------------------------------------
+
+
+def subscribe(session: ServerSession):
+    ch = session.open("operator", UID, 3)
+    session.receive(ch, frame(op="subscribe", id=1))
+    assert replies(session, ch) == [{"id": 1, "ok": True, "tick": 0.1}]
+    return ch
+
+
+def frames(session: ServerSession, ch, now: float = 0.0, tick: bool = True) -> list[StateFrame]:
+    if tick:
+        session.tick(now)
+    while session.pump():
+        pass
+    out = []
+    for line in ch.take_output().splitlines():
+        msg = orjson.loads(line)
+        assert msg["event"] == "state"
+        out.append(StateFrame.from_json(msg))
+    return out
+
+
+def test_a_full_picture_of_ten_thousand_agents_comes_in_parts_the_loop_can_interleave():
+    session = make(Config(max_agents=20_000))
+    feeder = session.open("harness", UID, 7)
+    session.receive(feeder, b"".join(check(i, agent=f"agent-{i}") for i in range(10_000)))
+    while session.turn(feeder):
+        pass
+    ch = subscribe(session)
+    session.tick(0.0)
+    steps = 0
+    while session.pump():
+        steps += 1
+    parts = [StateFrame.from_json(orjson.loads(line)) for line in ch.take_output().splitlines()]
+    assert steps >= 10_000 // ROWS_PER_PART - 1  # the transport yields to the loop between parts
+    assert parts[0].full and all(not p.full for p in parts[1:])
+    assert all(len(p.agents) <= ROWS_PER_PART for p in parts)
+    assert [p.last for p in parts] == [False] * (len(parts) - 1) + [True]
+    assert {a.agent for p in parts for a in p.agents} == {f"agent-{i}" for i in range(10_000)}
+
+
+def test_three_hundred_checks_between_two_ticks_make_one_frame_with_each_agent_once():
+    session = make()
+    ch = subscribe(session)
+    frames(session, ch)  # the first, full picture
+    feeder = session.open("harness", UID, 7)
+    session.receive(feeder, b"".join(check(i, agent=f"agent-{i % 3}", args={"q": "loop"}) for i in range(300)))
+    while session.turn(feeder):
+        pass
+    (delta,) = frames(session, ch)
+    assert not delta.full and sorted(a.agent for a in delta.agents) == ["agent-0", "agent-1", "agent-2"]
+    assert {a.agent: a.calls for a in delta.agents} == {"agent-0": 6, "agent-1": 6, "agent-2": 6}
+    assert sorted((t.agent, t.kind) for t in delta.trips) == [(f"agent-{i}", "duplicate") for i in range(3)]
+
+
+def test_an_agent_that_ends_is_gone_in_the_next_frame():
+    session = make()
+    feeder = session.open("harness", UID, 7)
+    session.receive(feeder, check(1, agent="short-lived"))
+    ch = subscribe(session)
+    assert [a.agent for a in frames(session, ch)[0].agents] == ["short-lived"]
+    session.receive(feeder, frame(op="agent_end", id=2, agent="short-lived"))
+    (delta,) = frames(session, ch)
+    assert delta.gone == ["short-lived"] and delta.agents == []
+
+
+def test_a_subscriber_that_reads_nothing_gets_no_frames_then_is_dropped_and_never_costs_a_check():
+    session = make()
+    ch = subscribe(session)
+    frames(session, ch)
+    session.set_backlog(ch, True)
+    feeder = session.open("harness", UID, 7)
+    for i in range(50):
+        session.receive(feeder, check(i, agent=f"agent-{i}"))
+        assert replies(session, feeder)[-1]["decision"] == "allow"
+        assert frames(session, ch, now=i * 0.1) == []
+    assert ch.sub is not None and len(ch.sub.agents) == 50  # what it missed, kept as a set, not frames
+    session.tick(DROP_AFTER + 5.0)
+    assert ch.closing
+
+
+def test_a_subscriber_that_catches_up_gets_what_changed_while_it_was_behind():
+    session = make()
+    ch = subscribe(session)
+    frames(session, ch)
+    session.set_backlog(ch, True)
+    feeder = session.open("harness", UID, 7)
+    for i in range(5):
+        session.receive(feeder, check(i, agent=f"agent-{i}"))
+        frames(session, ch)
+    session.set_backlog(ch, False)
+    caught_up = frames(session, ch, tick=False)
+    assert sorted(a.agent for p in caught_up for a in p.agents) == [f"agent-{i}" for i in range(5)]
+
+
+def test_a_snapshot_of_many_agents_is_built_in_parts_and_answered_once_complete():
+    session = make()
+    feeder = session.open("harness", UID, 7)
+    session.receive(feeder, b"".join(check(i, agent=f"agent-{i}") for i in range(3 * ROWS_PER_PART)))
+    while session.turn(feeder):
+        pass
+    ch = session.open("operator", UID, 8)
+    session.receive(ch, frame(op="snapshot", id=9, top=5))
+    assert replies(session, ch) == []
+    assert session.pump() is True  # more than one part of work
+    while session.pump():
+        pass
+    (reply,) = replies(session, ch)
+    assert reply["id"] == 9 and len(reply["state"]["agents"]) == 3 * ROWS_PER_PART
+
+
+def test_a_trip_asks_the_transport_to_write_the_incident_log():
+    session = make(Config(duplicate_limit=1))
+    ch = session.open("harness", UID, 7)
+    session.receive(ch, check(1) + check(2) + check(3))
+    incidents = [j for j in session.jobs if isinstance(j, IncidentJob)]
+    assert [(j.agent, j.kind, j.count, j.limit) for j in incidents] == [("a", "duplicate", 1, 1)]
+
+
+# -- the state store's side --------------------------------------------------------------------------
+
+
+def test_what_changed_is_handed_to_the_store_and_restores_to_the_same_verdicts():
+    a = make(Config(duplicate_limit=3, max_calls_per_agent=5))
+    ch = a.open("harness", UID, 7)
+    a.receive(ch, check(1, agent="x", args={"q": 1}, harness="dsh", parent="root"))
+    a.receive(ch, b"".join(check(i, agent="x", args={"q": 1}) for i in (2, 3, 4)))
+    op = a.open("operator", UID, 8)
+    a.receive(op, frame(op="interrupt", id=5, agent="y", reason="why"))
+    saved, more = a.take_unsaved(100)
+    assert not more and [s[0] for s in saved] == ["x"]
+    b = make(Config(duplicate_limit=3, max_calls_per_agent=5))
+    b.restore(
+        [(state, harness, parent) for _agent, state, harness, parent in saved if state is not None],
+        [(agent, reason, denies, "", None) for agent, reason, denies in a.guard.interrupts()],
+        paused=False,
+        checks=a.guard.checks,
+        denies=dict(a.guard.denies),
+    )
+    for session in (a, b):
+        c = session.open("harness", UID, 9)
+        session.receive(c, check(10, agent="x", args={"q": 1}) + check(11, agent="x", args={"q": 2}) + check(12, "y"))
+    new_a = next(c for c in a.channels if c.peer_pid == 9)
+    new_b = next(c for c in b.channels if c.peer_pid == 9)
+    assert replies(a, new_a) == replies(b, new_b)
+    assert b.meta["x"].harness == "dsh" and b.meta["x"].parent == "root"
+
+
+def test_slots_start_empty():
+    assert Slot().data is None
+    assert ErrorReply("busy", "x").closes and not ErrorReply("bad_json", "x").closes
