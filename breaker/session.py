@@ -83,7 +83,7 @@ PRIVATE_BUFFER = 64 * 1024  # what any connection may buffer of an unfinished fr
 POOL = 64 * 1024 * 1024  # unfinished frames past PRIVATE_BUFFER share this, across every connection
 DROP_AFTER = 10.0  # seconds a subscriber may stay behind before it is dropped
 MAX_TRIPS_BEHIND = 500  # trips kept for a subscriber that is behind; older ones are dropped
-ROWS_PER_PART = 50  # agent rows per state-frame part: one part takes a few hundred microseconds to build
+ROWS_PER_PART = 25  # agent rows per state-frame part: one part takes a few hundred microseconds to build
 FORBIDDEN_KEYS = ("interruptCommand",)  # runs a program: only the patch file the user edits may set it
 
 
