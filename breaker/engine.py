@@ -81,14 +81,14 @@ _NOT_JUDGED = Verdict(True)
 class _Agent:
     """One agent's state: its window (ring of keys + count per key) and its lifetime tallies."""
 
-    __slots__ = ("calls", "counts", "last_seen", "last_tool", "previews", "ring", "trips")
+    __slots__ = ("calls", "counts", "denies", "last_seen", "last_tool", "previews", "ring")
 
     def __init__(self) -> None:
         self.ring: deque[int | None] = deque()  # None = a call the guard could not judge
         self.counts: dict[int, int] = {}
         self.previews: dict[int, tuple[str, str]] = {}  # only keys seen at least twice
         self.calls = 0  # allowed, counted calls over the agent's life
-        self.trips: dict[str, int] = {}  # deny kind -> how many denies
+        self.denies: dict[str, int] = {}  # deny kind -> how many of its calls were denied
         self.last_tool = ""
         self.last_seen: float | None = None
 
@@ -116,8 +116,8 @@ class AgentView:
     worst_tool: str
     worst_preview: str
     duplicate_limit: int
-    trips: dict[str, int]
-    status: str  # "ok", "duplicate", "capped" or "interrupted"
+    denies: dict[str, int]  # deny kind -> how many of its calls were denied (its trip is the first)
+    status: str  # what its next call meets: "ok", or the kind that would deny it: "duplicate", "cap", "interrupted"
     last_tool: str
     last_seen: float | None
     interrupt_reason: str | None
@@ -148,7 +148,7 @@ class AgentState:
 
     agent: str
     calls: int
-    trips: dict[str, int]
+    denies: dict[str, int]
     ring: list[int | None]
     previews: dict[int, tuple[str, str]]
     last_tool: str
@@ -319,8 +319,8 @@ class Guard:
             bucket[pair] = None
 
     def _deny(self, st: _Agent, agent: str, tool: str, kind: str, count: int, limit: int) -> Verdict:
-        before = st.trips.get(kind, 0)
-        st.trips[kind] = before + 1
+        before = st.denies.get(kind, 0)
+        st.denies[kind] = before + 1
         self.denies[kind] += 1
         cache_key = (kind, tool, count, limit, agent)
         reason = self._reasons.get(cache_key)
@@ -340,7 +340,7 @@ class Guard:
         calls = 0
         if st is not None:
             self._agents.move_to_end(agent)
-            st.trips["interrupted"] = st.trips.get("interrupted", 0) + 1
+            st.denies["interrupted"] = st.denies.get("interrupted", 0) + 1
             st.last_tool = tool
             st.last_seen = now
             calls = st.calls
@@ -373,7 +373,7 @@ class Guard:
         return agent in self._interrupted
 
     def reset(self, agent: str) -> bool:
-        """Clear an agent's window, call count and trips (not an interrupt); True if it was tracked."""
+        """Clear an agent's window, call count and denies (not an interrupt); True if it was tracked."""
         st = self._agents.get(agent)
         if st is None:
             return False
@@ -414,7 +414,9 @@ class Guard:
         st = self._agents.get(agent)
         if st is None:
             return None
-        return AgentState(agent, st.calls, dict(st.trips), list(st.ring), dict(st.previews), st.last_tool, st.last_seen)
+        return AgentState(
+            agent, st.calls, dict(st.denies), list(st.ring), dict(st.previews), st.last_tool, st.last_seen
+        )
 
     def restore_agent(self, state: AgentState, *, windows: bool = True) -> None:
         """Put an agent back as exported, as the most recently active. `windows=False` keeps its
@@ -423,7 +425,7 @@ class Guard:
             self._drop(state.agent)
         st = _Agent()
         st.calls = state.calls
-        st.trips = dict(state.trips)
+        st.denies = dict(state.denies)
         st.last_tool = state.last_tool
         st.last_seen = state.last_seen
         if windows:
@@ -489,7 +491,7 @@ class Guard:
         if interrupt is not None:
             status = "interrupted"
         elif cap and st.calls >= cap:
-            status = "capped"
+            status = "cap"
         elif worst_count >= config.duplicate_limit:
             status = "duplicate"
         else:
@@ -504,7 +506,7 @@ class Guard:
             worst_tool=worst_tool,
             worst_preview=worst_preview,
             duplicate_limit=config.duplicate_limit,
-            trips=dict(st.trips),
+            denies=dict(st.denies),
             status=status,
             last_tool=st.last_tool,
             last_seen=st.last_seen,

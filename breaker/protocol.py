@@ -524,8 +524,8 @@ class AgentRow:
     worst_tool: str
     worst_preview: str
     duplicate_limit: int
-    trips: dict[str, int]
-    status: str
+    denies: dict[str, int]  # deny kind -> how many of its calls were denied
+    status: str  # "ok", or the kind of deny its next call would meet: "duplicate", "cap", "interrupted"
     last_tool: str
     last_seen: float | None
     interrupt_reason: str | None
@@ -538,7 +538,7 @@ class AgentRow:
         agent = obj.get("agent")
         if not isinstance(agent, str):
             return None
-        trips = obj.get("trips")
+        denies = obj.get("denies")
         parent, reason, seen = obj.get("parent"), obj.get("interrupt_reason"), obj.get("last_seen")
         return cls(
             agent=agent,
@@ -552,7 +552,7 @@ class AgentRow:
             worst_tool=_typed(obj.get("worst_tool"), str, ""),
             worst_preview=_typed(obj.get("worst_preview"), str, ""),
             duplicate_limit=_typed(obj.get("duplicate_limit"), int, 0),
-            trips={k: v for k, v in trips.items() if type(v) is int} if isinstance(trips, dict) else {},
+            denies={k: v for k, v in denies.items() if type(v) is int} if isinstance(denies, dict) else {},
             status=_typed(obj.get("status"), str, "ok"),
             last_tool=_typed(obj.get("last_tool"), str, ""),
             last_seen=float(seen) if isinstance(seen, (int, float)) and not isinstance(seen, bool) else None,

@@ -627,7 +627,7 @@ class ServerSession:
             view.worst_tool,
             view.worst_preview,
             view.duplicate_limit,
-            view.trips,
+            view.denies,
             view.status,
             view.last_tool,
             view.last_seen,

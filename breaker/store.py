@@ -1,6 +1,6 @@
 """The guard's memory across restarts: an append-only state file, written by a thread of its own.
 
-Each save appends one record per agent whose state changed (its whole state: calls, trips, window
+Each save appends one record per agent whose state changed (its whole state: calls, denies, window
 digests, repeated calls' previews, harness and parent), one per agent that went away, and one for
 the guard (interrupts, pause, counters). The last record of an agent wins; when the file has grown
 well past what it holds, the writer thread rewrites it with only the last records (atomically).
@@ -119,7 +119,7 @@ def encode_agent(agent: str, state: AgentState | None, harness: str, parent: str
         ring = array.array("q", [_NONE if k is None else k for k in state.ring])
     body = {
         "calls": state.calls,
-        "trips": state.trips,
+        "denies": state.denies,
         "ring": base64.b64encode(ring.tobytes()).decode(),
         "previews": [[k, tool, text] for k, (tool, text) in state.previews.items()],
         "last_tool": state.last_tool,
@@ -169,12 +169,12 @@ def _decode_agent(agent: str, body: memoryview) -> AgentRecord:
     if sys.byteorder != "little":  # pragma: no cover - written and read on the same machine in practice
         ring.byteswap()
     previews = {int(k): (str(tool), str(text)) for k, tool, text in obj.get("previews") or ()}
-    trips = {str(k): int(v) for k, v in (obj.get("trips") or {}).items()}
+    denies = {str(k): int(v) for k, v in (obj.get("denies") or {}).items()}
     seen = obj.get("last_seen")
     state = AgentState(
         agent=agent,
         calls=int(obj["calls"]),
-        trips=trips,
+        denies=denies,
         ring=[None if k == _NONE else k for k in ring],
         previews=previews,
         last_tool=str(obj.get("last_tool") or ""),
@@ -242,7 +242,7 @@ def load(path: Path) -> tuple[Loaded, int]:
                     out.windows = False
                     out.notes.append(
                         f"the windows in {path} were made with another hash seed: agents keep their calls, "
-                        "trips and interrupts, not their windows"
+                        "denies and interrupts, not their windows"
                     )
                 first = False
             elif kind == _AGENT:

@@ -17,7 +17,7 @@ from breaker.protocol import AgentRow, ConfigFrame, GuardStats, KeyRow, StateFra
 RATE_SLOTS = 12  # sparkline history: one slot per RATE_PERIOD seconds
 RATE_PERIOD = 1.0
 MAX_TRIPS = 1000
-_STATUS_RANK = {"duplicate": 0, "capped": 1, "interrupted": 2, "ok": 3}
+_STATUS_RANK = {"duplicate": 0, "cap": 1, "interrupted": 2, "ok": 3}
 
 
 @dataclass

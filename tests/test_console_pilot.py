@@ -97,6 +97,7 @@ async def test_agents_keys_trips_and_header_show_live_state(guard):
         trips = app.query_one(TripsTable)
         await until(pilot, lambda: trips.row_count == 1, what="one trip")
         assert row_text(trips, "0")[1:] == ["looper-1", "duplicate", "web_search", "6/6"]
+        await until(pilot, lambda: "checks 11" in text_of(app.query_one(GuardHeader)), what="the header redrawn")
         header = text_of(app.query_one(GuardHeader))
         assert "guard attached" in header and str(guard.socket) in header
         assert "duplicateLimit 6" in header and "window 200" in header and "maxCallsPerAgent 300" in header
@@ -471,7 +472,7 @@ async def test_demo_shows_every_kind_of_agent_within_seconds(tmp_path):
             return {a.id: a.data.status for a in app.state.agents.values()}
 
         expected = {
-            "session-demo-pager": "capped",
+            "session-demo-pager": "cap",
             "session-demo-searcher": "duplicate",  # the seed's 555 searches
             "session-demo-prober": "duplicate",  # echo cbprobe4 with a new description each time
             "3f2a9c1e-demo-subagent": "duplicate",

@@ -385,14 +385,14 @@ def test_changing_exempt_live_applies_to_the_next_call():
 # -- operator actions and lifecycle ----------------------------------------------------------------
 
 
-def test_reset_clears_an_agents_counts_and_trips():
+def test_reset_clears_an_agents_counts_and_denies():
     g = guard(duplicate_limit=1, max_calls_per_agent=2)
     g.check("a", "t", {})
     g.check("a", "u", {})
     assert g.check("a", "v", {}).kind == "cap"
     assert g.reset("a")
     view = g.agent_view("a")
-    assert (view.calls, view.window_fill, view.trips, view.status) == (0, 0, {}, "ok")
+    assert (view.calls, view.window_fill, view.denies, view.status) == (0, 0, {}, "ok")
     assert g.check("a", "t", {}).allowed
     assert not g.reset("never-seen")
 
@@ -453,7 +453,7 @@ def test_exported_state_restores_to_the_same_verdicts():
     assert [(k.agent, k.count) for k in a.top_keys()] == [(k.agent, k.count) for k in b.top_keys()]
 
 
-def test_a_restore_without_windows_keeps_calls_and_trips():
+def test_a_restore_without_windows_keeps_calls_and_denies():
     a = guard(max_calls_per_agent=2)
     for _ in range(3):
         a.check("x", "t", {})
@@ -462,7 +462,7 @@ def test_a_restore_without_windows_keeps_calls_and_trips():
     assert state is not None
     b.restore_agent(state, windows=False)
     view = b.agent_view("x")
-    assert view is not None and (view.calls, view.window_fill, view.trips) == (2, 0, {"cap": 1})
+    assert view is not None and (view.calls, view.window_fill, view.denies) == (2, 0, {"cap": 1})
     assert b.check("x", "t", {}).kind == "cap"
 
 
@@ -511,7 +511,7 @@ def test_snapshot_shows_calls_window_worst_key_with_preview_trips_and_status():
     assert (looper.calls, looper.window_fill, looper.worst_count) == (3, 3, 3)
     assert looper.worst_tool == "web_search"
     assert looper.worst_preview == 'web_search query="same thing"'  # ignoreArgs are not shown
-    assert looper.trips == {"duplicate": 3} and looper.status == "duplicate"
+    assert looper.denies == {"duplicate": 3} and looper.status == "duplicate"
     assert looper.last_seen == 15.0
     calm = snap.agents[0]
     assert (calm.calls, calm.worst_count, calm.worst_preview, calm.status) == (1, 1, "", "ok")
@@ -536,10 +536,10 @@ def test_preview_is_short_single_line_and_bounded():
     assert len(view.worst_preview) <= 100 and "\n" not in view.worst_preview
 
 
-def test_capped_status_in_snapshot():
+def test_a_capped_agents_status_is_the_kind_its_next_call_meets():
     g = guard(max_calls_per_agent=1)
     g.check("a", "t", {})
-    assert g.agent_view("a").status == "capped"
+    assert g.agent_view("a").status == "cap"
 
 
 # -- bounded memory --------------------------------------------------------------------------------

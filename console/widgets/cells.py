@@ -70,7 +70,7 @@ def age(seconds: float | None) -> Text:
 
 _STATUS = {
     "duplicate": ("tripped: duplicate", "trip"),
-    "capped": ("capped", "cap"),
+    "cap": ("capped", "cap"),
     "interrupted": ("interrupted", "interrupted"),
     "ok": ("ok", "ok"),
 }

@@ -31,10 +31,10 @@ class AgentDetail(Static):
         if d.harness:
             top.append("  via ", style=colors["muted"])
             top.append_text(plain(d.harness))
-        trips = d.trips
-        if trips:
+        denies = d.denies
+        if denies:
             top.append("  denied: ", style=colors["muted"])
-            top.append(", ".join(f"{k} {v}" for k, v in sorted(trips.items())), style=colors["trip"])
+            top.append(", ".join(f"{k} {v}" for k, v in sorted(denies.items())), style=colors["trip"])
         if marked:
             top.append(f"  ({marked} marked)", style=colors["warn"])
         bottom = Text(no_wrap=True, overflow="ellipsis")
