@@ -152,6 +152,8 @@ class Request:
     plane: ClassVar[str] = OPERATOR  # the least plane that may send it
     # (name, accepted types, default or _REQUIRED), in the order they are documented
     SPEC: ClassVar[tuple[tuple[str, tuple[type, ...], Any], ...]] = ()
+    # the fields of its reply besides `id` (PROTOCOL.md documents them; tests hold the session to them)
+    REPLY: ClassVar[tuple[str, ...]] = ("ok",)
 
     id: Any
 
@@ -176,6 +178,7 @@ class Request:
 class Hello(Request):
     op: ClassVar[str] = "hello"
     plane: ClassVar[str] = HARNESS
+    REPLY: ClassVar = ("server", "version", "protocol", "pid", "plane", "max_frame")
     SPEC: ClassVar = (
         ("harness", _STR, ""),
         ("version", _STR, ""),
@@ -198,6 +201,7 @@ class Check(Request):
 
     op: ClassVar[str] = "check"
     plane: ClassVar[str] = HARNESS
+    REPLY: ClassVar = ("decision", "kind", "reason", "count", "limit")  # an allow has `decision` only
     SPEC: ClassVar = (
         ("agent", _STR, _REQUIRED),
         ("tool", _STR, _REQUIRED),
@@ -244,6 +248,7 @@ class Check(Request):
 class AgentEnd(Request):
     op: ClassVar[str] = "agent_end"
     plane: ClassVar[str] = HARNESS
+    REPLY: ClassVar = ("ok", "known")
     SPEC: ClassVar = (("agent", _STR, _REQUIRED),)
     agent: str = ""
 
@@ -252,11 +257,13 @@ class AgentEnd(Request):
 class Ping(Request):
     op: ClassVar[str] = "ping"
     plane: ClassVar[str] = HARNESS
+    REPLY: ClassVar = ("pong",)
 
 
 @dataclass(slots=True)
 class Subscribe(Request):
     op: ClassVar[str] = "subscribe"
+    REPLY: ClassVar = ("ok", "tick")
 
 
 @dataclass(slots=True)
@@ -267,6 +274,7 @@ class Unsubscribe(Request):
 @dataclass(slots=True)
 class Interrupt(Request):
     op: ClassVar[str] = "interrupt"
+    REPLY: ClassVar = ("ok", "notified")
     SPEC: ClassVar = (("agent", _STR, _REQUIRED), ("reason", _STR, ""))
     agent: str = ""
     reason: str = ""
@@ -275,6 +283,7 @@ class Interrupt(Request):
 @dataclass(slots=True)
 class Uninterrupt(Request):
     op: ClassVar[str] = "uninterrupt"
+    REPLY: ClassVar = ("ok", "known")
     SPEC: ClassVar = (("agent", _STR, _REQUIRED),)
     agent: str = ""
 
@@ -282,6 +291,7 @@ class Uninterrupt(Request):
 @dataclass(slots=True)
 class Reset(Request):
     op: ClassVar[str] = "reset"
+    REPLY: ClassVar = ("ok", "known")
     SPEC: ClassVar = (("agent", _STR, _REQUIRED),)
     agent: str = ""
 
@@ -289,21 +299,25 @@ class Reset(Request):
 @dataclass(slots=True)
 class Pause(Request):
     op: ClassVar[str] = "pause"
+    REPLY: ClassVar = ("ok", "paused")
 
 
 @dataclass(slots=True)
 class Resume(Request):
     op: ClassVar[str] = "resume"
+    REPLY: ClassVar = ("ok", "paused")
 
 
 @dataclass(slots=True)
 class ConfigGet(Request):
     op: ClassVar[str] = "config_get"
+    REPLY: ClassVar = ("config",)
 
 
 @dataclass(slots=True)
 class ConfigSet(Request):
     op: ClassVar[str] = "config_set"
+    REPLY: ClassVar = ("ok", "config", "written")
     SPEC: ClassVar = (("changes", (dict,), _REQUIRED),)
     changes: dict[str, Any] = field(default_factory=dict)
 
@@ -313,6 +327,7 @@ class Snapshot(Request):
     """Every agent the guard knows, in one state frame (`top` repeated keys, clamped to 0 … 1,000)."""
 
     op: ClassVar[str] = "snapshot"
+    REPLY: ClassVar = ("state",)
     SPEC: ClassVar = (("top", _INT, 10),)
     top: int = 10
 
@@ -327,6 +342,7 @@ class Snapshot(Request):
 @dataclass(slots=True)
 class Stats(Request):
     op: ClassVar[str] = "stats"
+    REPLY: ClassVar = ("stats",)
 
 
 OPS: dict[str, type[Request]] = {

@@ -712,20 +712,18 @@ class ServerSession:
             if work.channel.closing:
                 self._snapshots.popleft()
                 continue
-            guard = self.guard
-            while work.ids and rows_left > 0:
-                view = guard.agent_view(work.ids.popleft())
-                rows_left -= 1
-                if view is not None:
-                    work.rows.append(self.row(view))
+            ids = [work.ids.popleft() for _ in range(min(rows_left, len(work.ids)))]
+            rows_left -= max(1, len(ids))
+            work.rows.extend(self.row(v) for v in self.guard.snapshot(top=0, agents=ids).agents)
             if not work.ids:
                 self._snapshots.popleft()
+                top = self.guard.snapshot(top=work.top, agents=()).top_keys
                 frame = StateFrame(
                     self._seq,
                     True,
                     self.clock(),
                     work.rows,
-                    top_keys=self._top_keys(work.top),
+                    top_keys=[KeyRow(k.agent, k.tool, k.preview, k.count) for k in top],
                     stats=self.current_stats(),
                     config=self.config_frame,
                 )
@@ -743,24 +741,19 @@ class ServerSession:
             for ch in self.channels
         )
 
-    def _top_keys(self, top: int = 10) -> list[KeyRow]:
-        return [KeyRow(k.agent, k.tool, k.preview, k.count) for k in self.guard.top_keys(top)]
-
     def _part(self, ch: Channel, sub: _Subscription, rows: int) -> int:
         """Queue one state-frame part for a subscriber; returns the rows it took."""
-        guard = self.guard
-        agents: list[AgentRow] = []
+        ids: list[str] = []
         pending, fill = sub.agents, sub.fill
-        while (fill or pending) and len(agents) < rows:
+        while (fill or pending) and len(ids) < rows:
             if fill:
-                agent = fill.popleft()
-                pending.discard(agent)  # its current state goes now: a change before this needs no second row
+                ids.append(fill.popleft())
+                pending.discard(ids[-1])  # its current state goes now: a change before this needs no second row
             else:
-                agent = pending.pop()
-            view = guard.agent_view(agent)
-            if view is not None:
-                agents.append(self.row(view))
+                ids.append(pending.pop())
         header = sub.header
+        view = self.guard.snapshot(top=10 if header else 0, agents=ids)
+        agents = [self.row(v) for v in view.agents]
         frame = StateFrame(
             self._seq,
             sub.full and header,
@@ -771,7 +764,7 @@ class ServerSession:
         )
         if header:
             frame.gone = sorted(sub.gone)
-            frame.top_keys = self._top_keys()
+            frame.top_keys = [KeyRow(k.agent, k.tool, k.preview, k.count) for k in view.top_keys]
             frame.trips = list(sub.trips)
             frame.stats = self.current_stats()
             frame.config = self.config_frame if (sub.config or sub.full) else None
@@ -782,7 +775,7 @@ class ServerSession:
             sub.full = False
         ch.urgent.append(encode_frame(frame.to_json()))
         self.woken.add(ch)
-        return max(1, len(agents))
+        return max(1, len(ids))
 
     # -- the state store ------------------------------------------------------------------------
 
