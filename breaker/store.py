@@ -282,6 +282,7 @@ class StateStore:
         self.on_error = on_error
         self.error: str | None = None
         self.size = 0
+        self.compact_min = COMPACT_MIN  # never compact a file smaller than this
         self._fd: int | None = None
         self._queue: queue.SimpleQueue[tuple[list[Any], Callable[[], Any] | None] | None] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
@@ -392,7 +393,7 @@ class StateStore:
             if self.error is not None:
                 log.info("state file %s is written again", self.path)
                 self.error = None
-            if self.size > COMPACT_MIN:
+            if self.size > self.compact_min:
                 self._maybe_compact()
         except OSError as exc:
             self._fail(f"cannot write the state file {self.path}: {exc.strerror or exc}")

@@ -1,0 +1,108 @@
+"""The state file: what a save writes reads back the same; a torn, corrupt or foreign file never
+stops the guard; compaction keeps the last record of each agent and nothing else."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+from breaker.engine import AgentState
+from breaker.store import GuardRecord, StateStore, digest_probe, encode_agent, load, read_hash_seed
+
+
+def state(agent: str, calls: int, ring: list[int | None] | None = None) -> AgentState:
+    ring = ring if ring is not None else [11, 22, 11, None]
+    return AgentState(agent, calls, {"duplicate": 2}, ring, {11: ("web_search", "web_search q=x")}, "web_search", 5.0)
+
+
+def save(store: StateStore, items: list) -> None:
+    done = threading.Event()
+    store.save(items, done.set)
+    assert done.wait(10)
+
+
+def test_what_is_saved_reads_back_the_same(tmp_path: Path):
+    path = tmp_path / "s.cbstate"
+    store = StateStore(path, seed=1234)
+    assert store.open().agents == []
+    guard = GuardRecord(True, 99, {"duplicate": 3, "cap": 1, "interrupted": 0}, [("x", "why", 2, "dsh", "root")])
+    save(store, [("a", state("a", 4), "dsh", "root"), ("b", state("b", 1), "claude-code", None), guard])
+    save(store, [("b", None, "", None)])  # b went away
+    store.close()
+    loaded, _good = load(path)
+    assert loaded.problem is None and loaded.windows and not loaded.notes
+    ((record),) = loaded.agents
+    assert (record.state, record.harness, record.parent) == (state("a", 4), "dsh", "root")
+    assert loaded.guard == guard
+    assert read_hash_seed(path) == 1234
+
+
+def test_the_last_record_of_an_agent_wins_and_order_follows_the_last_save(tmp_path: Path):
+    path = tmp_path / "s.cbstate"
+    store = StateStore(path, seed=1)
+    store.open()
+    save(store, [("a", state("a", 1), "", None), ("b", state("b", 1), "", None)])
+    save(store, [("a", state("a", 7), "", None)])
+    store.close()
+    loaded, _ = load(path)
+    assert [(r.state.agent, r.state.calls) for r in loaded.agents] == [("b", 1), ("a", 7)]
+
+
+def test_a_torn_last_record_costs_only_that_save_and_is_cut_off(tmp_path: Path):
+    path = tmp_path / "s.cbstate"
+    store = StateStore(path, seed=1)
+    store.open()
+    save(store, [("a", state("a", 3), "", None)])
+    store.close()
+    whole = path.stat().st_size
+    with open(path, "ab") as f:
+        f.write(encode_agent("b", state("b", 9), "", None)[:-5])  # a crash mid-write
+    again = StateStore(path, seed=1)
+    loaded = again.open()
+    again.close()
+    assert [r.state.agent for r in loaded.agents] == ["a"]
+    assert any("torn" in note for note in loaded.notes)
+    assert path.stat().st_size == whole  # cut back, so later saves append after a whole record
+
+
+def test_a_foreign_or_corrupt_file_is_set_aside_and_the_store_starts_clean(tmp_path: Path):
+    path = tmp_path / "s.cbstate"
+    path.write_bytes(b"#!/bin/sh\necho not a state file\n")
+    store = StateStore(path, seed=1)
+    loaded = store.open()
+    save(store, [("a", state("a", 1), "", None)])
+    store.close()
+    assert loaded.agents == [] and loaded.problem is not None
+    assert any("starts clean" in note for note in loaded.notes)
+    (aside,) = [p for p in tmp_path.iterdir() if p.name.startswith("s.cbstate.bad-")]
+    assert aside.read_bytes().startswith(b"#!/bin/sh")
+    assert [r.state.agent for r in load(path)[0].agents] == ["a"]
+
+
+def test_windows_made_with_another_hash_seed_are_not_restored_but_the_rest_is(tmp_path: Path, monkeypatch):
+    from breaker import store as store_module
+
+    path = tmp_path / "s.cbstate"
+    monkeypatch.setattr(store_module, "digest_probe", lambda: digest_probe() + 1)  # as another process writes it
+    store = StateStore(path, seed=1)
+    store.open()
+    save(store, [("a", state("a", 3), "", None)])
+    store.close()
+    monkeypatch.undo()
+    loaded, _ = load(path)
+    assert not loaded.windows and any("another hash seed" in note for note in loaded.notes)
+    assert loaded.agents[0].state.calls == 3
+
+
+def test_compaction_keeps_only_the_last_record_of_each_agent(tmp_path: Path):
+    path = tmp_path / "s.cbstate"
+    store = StateStore(path, seed=1)
+    store.compact_min = 4096
+    store.open()
+    for calls in range(1, 60):
+        save(store, [("a", state("a", calls, ring=list(range(1, 40))), "", None), ("gone", state("gone", 1), "", None)])
+    save(store, [("gone", None, "", None)])
+    store.close()
+    loaded, _ = load(path)
+    assert [(r.state.agent, r.state.calls) for r in loaded.agents] == [("a", 59)]
+    assert path.stat().st_size < 4 * len(encode_agent("a", state("a", 59, ring=list(range(1, 40))), "", None)) + 4096
