@@ -1,14 +1,41 @@
-"""The guard's settings: the circuit-breaker row's `config` keys, their defaults and validation."""
+"""The guard's settings: the one table of the circuit-breaker row's `config` keys, and what it drives.
+
+`SETTINGS` is the single source of every setting's key, type, range, default, help and the part that
+reads it. Validation, `Config`'s defaults, the console's config form and the settings table in
+docs/configuration.md all come from it (a test keeps the docs and the dsh plugin's defaults equal to
+it). To add a setting: one `Setting` row, one typed `Config` field (the import fails until both
+agree), then `python -m breaker.config --write-docs`.
+"""
 
 from __future__ import annotations
 
 import difflib
+import re
 import reprlib
-from collections.abc import Mapping
+import sys
+import typing
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
-from typing import Any
+from pathlib import Path
+from typing import Any, Literal
 
-__all__ = ["DEFAULT_DENY_MESSAGE", "KEYS", "Config", "ConfigError", "Problem", "describe_value"]
+__all__ = [
+    "BY_KEY",
+    "DEFAULT_DENY_MESSAGE",
+    "KEYS",
+    "PATCH_ONLY_KEYS",
+    "SETTINGS",
+    "Config",
+    "ConfigError",
+    "Kind",
+    "Part",
+    "Problem",
+    "Setting",
+    "check_fields",
+    "describe_value",
+    "docs_with_settings",
+    "settings_markdown",
+]
 
 DEFAULT_DENY_MESSAGE = (
     "Circuit breaker ({kind}): {tool} denied at {count}/{limit}. This agent has either run this "
@@ -22,6 +49,218 @@ MAX_WINDOW = 100_000
 MAX_LIMIT = 1_000_000_000
 MAX_AGENTS = 1_000_000
 MAX_GUARD_TIMEOUT_MS = 60_000
+
+Kind = Literal["bool", "int", "names", "str", "argv"]
+"""A setting's type: true/false; an integer in a range; a list of tool or argument names; a string;
+a command (argv: a fixed program, then its arguments)."""
+Part = Literal["engine", "server", "dsh plugin"]
+"""Who reads a setting: the engine's decisions, the guard server process, or the dsh plugin (in dsh's process)."""
+
+Value: typing.TypeAlias = bool | int | str | tuple[str, ...]
+
+_KINDS: tuple[Kind, ...] = typing.get_args(Kind)
+_PARTS: tuple[Part, ...] = typing.get_args(Part)
+
+
+@dataclass(frozen=True, slots=True)
+class Setting:
+    """One key of the circuit-breaker row's `config`, with everything code, form and docs say about it."""
+
+    key: str  # camelCase, as written in the patch layer and sent in `config_set`
+    kind: Kind
+    default: Value
+    help: str  # one line of plain text: the config form's help and the docs table's description
+    used_by: tuple[Part, ...]
+    low: int = 0  # kind "int": the smallest value allowed
+    high: int = 0  # kind "int": the largest
+    patch_only: bool = False  # runs a program: set only in the patch file the user edits, never over a socket
+    default_text: str = ""  # the docs' words for a default too long for a table cell (shown in full below it)
+    attr: str = field(init=False)  # the Config attribute: the key in snake_case
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "attr", re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", self.key).lower())
+        wrong = []
+        if not re.fullmatch(r"[a-z][A-Za-z0-9]*", self.key):
+            wrong.append("the key is not camelCase")
+        if self.kind not in _KINDS:
+            wrong.append(f"the kind is not one of {', '.join(_KINDS)}")
+        if self.kind == "int" and not self.low <= self.high:
+            wrong.append(f"low ({self.low}) is above high ({self.high})")
+        if not self.help or "\n" in self.help:
+            wrong.append("the help is not one line")
+        if not self.used_by or not set(self.used_by) <= set(_PARTS):
+            wrong.append(f"used_by is not a non-empty tuple of {', '.join(_PARTS)}")
+        if wrong:
+            raise ValueError(f"setting {self.key!r}: " + "; ".join(wrong))
+
+    @property
+    def expected(self) -> str:
+        """What a valid value is, in the words every error about this setting uses."""
+        if self.kind == "bool":
+            return "true or false"
+        if self.kind == "int":
+            return f"an integer from {self.low:,} to {self.high:,}"
+        if self.kind == "names":
+            return "a list of tool or argument names (non-empty strings)"
+        if self.kind == "argv":
+            return (
+                "a command as a list of strings (a fixed program first, then its arguments; no shell), or [] for none"
+            )
+        return "a string"
+
+    def check(self, value: Any, problems: list[Problem], where: str = "") -> Any:
+        """The value, normalised (lists become tuples); or, if it is invalid, a Problem appended and the value as is."""
+        found: str
+        if self.kind == "bool":
+            if isinstance(value, bool):
+                return value
+            found = describe_value(value)
+        elif self.kind == "int":
+            if isinstance(value, int) and not isinstance(value, bool) and self.low <= value <= self.high:
+                return value
+            found = describe_value(value)
+        elif self.kind == "str":
+            if isinstance(value, str):
+                return value
+            found = describe_value(value)
+        elif self.kind == "names":
+            if isinstance(value, (list, tuple)) and all(isinstance(v, str) and v for v in value):
+                return tuple(value)
+            if isinstance(value, (list, tuple)):
+                found = f"a list holding {describe_value(next(v for v in value if not (isinstance(v, str) and v)))}"
+            else:
+                found = describe_value(value)
+        elif isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value):  # argv
+            if not value or (value[0] and "{agent}" not in value[0] and "{reason}" not in value[0]):
+                return tuple(value)
+            # The program itself must be the operator's: an agent id comes from a harness, untrusted.
+            found = "a list whose first element (the program) is " + (
+                "empty" if not value[0] else f"{describe_value(value[0])}, which holds a placeholder"
+            )
+        elif isinstance(value, (list, tuple)):
+            found = f"a list holding {describe_value(next(v for v in value if not isinstance(v, str)))}"
+        else:
+            found = describe_value(value)
+        problems.append(Problem(self.key, self.expected, found, where))
+        return value
+
+
+SETTINGS: tuple[Setting, ...] = (
+    Setting(
+        key="enabled",
+        kind="bool",
+        default=True,
+        used_by=("engine", "dsh plugin"),
+        help="master switch: false allows every call unjudged",
+    ),
+    Setting(
+        key="duplicateLimit",
+        kind="int",
+        default=6,
+        low=1,
+        high=MAX_LIMIT,
+        used_by=("engine",),
+        help="deny after this many identical calls in the window",
+    ),
+    Setting(
+        key="window",
+        kind="int",
+        default=200,
+        low=1,
+        high=MAX_WINDOW,
+        used_by=("engine",),
+        help="how many recent calls each agent remembers",
+    ),
+    Setting(
+        key="maxCallsPerAgent",
+        kind="int",
+        default=300,
+        low=0,
+        high=MAX_LIMIT,
+        used_by=("engine",),
+        help="lifetime calls per agent; reached = stopped for good (0 = no cap)",
+    ),
+    Setting(
+        key="exempt",
+        kind="names",
+        default=("todo_write", "ask_user_question", "exit_plan_mode"),
+        used_by=("engine",),
+        help="tools the guard ignores",
+    ),
+    Setting(
+        key="only",
+        kind="names",
+        default=(),
+        used_by=("engine",),
+        help="if set, the guard judges only these tools (overrides exempt)",
+    ),
+    Setting(
+        key="ignoreArgs",
+        kind="names",
+        default=("description", "explanation", "reason", "thought", "purpose"),
+        used_by=("engine",),
+        help="top-level argument names left out when comparing calls",
+    ),
+    Setting(
+        key="denyMessage",
+        kind="str",
+        default=DEFAULT_DENY_MESSAGE,
+        used_by=("engine",),
+        help="the deny text; {tool} {count} {limit} {kind} {agent} are filled in",
+        default_text="a text telling the model to stop repeating (below)",
+    ),
+    Setting(
+        key="incidentLog",
+        kind="str",
+        default="",
+        used_by=("server",),
+        help="append-only JSONL of each agent's first deny of each kind (empty = off)",
+    ),
+    Setting(
+        key="maxAgents",
+        kind="int",
+        default=10_000,
+        low=1,
+        high=MAX_AGENTS,
+        used_by=("engine",),
+        help="how many agents are tracked at once (the least recently active is forgotten first)",
+    ),
+    Setting(
+        key="failClosed",
+        kind="bool",
+        default=False,
+        used_by=("dsh plugin",),
+        help="deny tool calls while the guard is unreachable",
+    ),
+    Setting(
+        key="guardTimeoutMs",
+        kind="int",
+        default=500,
+        low=1,
+        high=MAX_GUARD_TIMEOUT_MS,
+        used_by=("dsh plugin",),
+        help="how long a tool call waits for the guard's answer, in milliseconds",
+    ),
+    Setting(
+        key="guardSocket",
+        kind="str",
+        default="",
+        used_by=("dsh plugin",),
+        help="the guard's socket (empty = the default path)",
+    ),
+    Setting(
+        key="interruptCommand",
+        kind="argv",
+        default=(),
+        used_by=("server",),
+        help="argv the guard runs on an operator interrupt, {agent} and {reason} filled in",
+        patch_only=True,
+    ),
+)
+
+BY_KEY: dict[str, Setting] = {s.key: s for s in SETTINGS}
+KEYS: dict[str, str] = {s.key: s.attr for s in SETTINGS}  # camelCase key -> Config attribute, in table order
+PATCH_ONLY_KEYS: tuple[str, ...] = tuple(s.key for s in SETTINGS if s.patch_only)
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,55 +371,41 @@ class _BoundedRepr(reprlib.Repr):
         return _clip(super().repr_instance(x, level), self.maxother)
 
 
-# camelCase key (as in the seed and the patch layer) -> Config attribute
-KEYS: dict[str, str] = {
-    "enabled": "enabled",
-    "duplicateLimit": "duplicate_limit",
-    "window": "window",
-    "maxCallsPerAgent": "max_calls_per_agent",
-    "exempt": "exempt",
-    "only": "only",
-    "ignoreArgs": "ignore_args",
-    "denyMessage": "deny_message",
-    "incidentLog": "incident_log",
-    "maxAgents": "max_agents",
-    # The harness side and the server's interrupt hook; the engine ignores these.
-    "failClosed": "fail_closed",
-    "guardTimeoutMs": "guard_timeout_ms",
-    "guardSocket": "guard_socket",
-    "interruptCommand": "interrupt_command",
-}
-_ATTR_TO_KEY = {v: k for k, v in KEYS.items()}
+_D: dict[str, Any] = {s.attr: s.default for s in SETTINGS}
 
 
 @dataclass(frozen=True, slots=True)
 class Config:
-    """The guard's settings. `Config()` gives the defaults; every field is validated on creation."""
+    """The guard's settings. `Config()` gives the defaults; every field is validated on creation.
 
-    enabled: bool = True
-    duplicate_limit: int = 6
-    window: int = 200
-    max_calls_per_agent: int = 300
-    exempt: tuple[str, ...] = ("todo_write", "ask_user_question", "exit_plan_mode")
-    only: tuple[str, ...] = ()
-    ignore_args: tuple[str, ...] = ("description", "explanation", "reason", "thought", "purpose")
-    deny_message: str = DEFAULT_DENY_MESSAGE
-    incident_log: str = ""
-    max_agents: int = 10_000
-    fail_closed: bool = False  # the dsh plugin denies (instead of allowing) when the guard is unreachable
-    guard_timeout_ms: int = 500  # how long the dsh plugin waits for the guard's answer
-    guard_socket: str = ""  # "" = the per-user default path (breaker.paths.default_socket_path)
-    interrupt_command: tuple[str, ...] = ()  # argv the server runs on an operator interrupt ({agent}, {reason})
+    The fields are SETTINGS' rows, typed for mypy, their defaults taken from the table; the import
+    checks that both list the same settings, in the same order, with the same types and defaults.
+    """
+
+    enabled: bool = _D["enabled"]
+    duplicate_limit: int = _D["duplicate_limit"]
+    window: int = _D["window"]
+    max_calls_per_agent: int = _D["max_calls_per_agent"]
+    exempt: tuple[str, ...] = _D["exempt"]
+    only: tuple[str, ...] = _D["only"]
+    ignore_args: tuple[str, ...] = _D["ignore_args"]
+    deny_message: str = _D["deny_message"]
+    incident_log: str = _D["incident_log"]
+    max_agents: int = _D["max_agents"]
+    fail_closed: bool = _D["fail_closed"]
+    guard_timeout_ms: int = _D["guard_timeout_ms"]
+    guard_socket: str = _D["guard_socket"]
+    interrupt_command: tuple[str, ...] = _D["interrupt_command"]
     # Not settings: notes about a valid but suspicious config (e.g. a window too small to ever trip).
     warnings: tuple[str, ...] = field(default=(), compare=False, repr=False)
 
     def __post_init__(self) -> None:
         problems: list[Problem] = []
-        for attr, value in ((f.name, getattr(self, f.name)) for f in fields(self) if f.name != "warnings"):
-            key = _ATTR_TO_KEY[attr]
-            checked = _check(key, value, problems)
+        for setting in SETTINGS:
+            value = getattr(self, setting.attr)
+            checked = setting.check(value, problems)
             if checked is not value:
-                object.__setattr__(self, attr, checked)
+                object.__setattr__(self, setting.attr, checked)
         if problems:
             raise ConfigError(problems)
         notes = []
@@ -212,100 +437,121 @@ class Config:
         problems: list[Problem] = []
         kwargs: dict[str, Any] = {}
         for key, value in mapping.items():
-            attr = KEYS.get(key) if isinstance(key, str) else None
-            if attr is None:
+            setting = BY_KEY.get(key) if isinstance(key, str) else None
+            if setting is None:
                 name = _key_name(key)
                 hint = difflib.get_close_matches(name, list(KEYS), n=1)
                 expected = "one of " + ", ".join(KEYS) + (f" (did you mean {hint[0]}?)" if hint else "")
                 problems.append(Problem(name, expected, "an unknown key", lines.get(name, where)))
                 continue
-            kwargs[attr] = _check(key, value, problems, lines.get(key, where))
+            kwargs[setting.attr] = setting.check(value, problems, lines.get(key, where))
         if problems:
             raise ConfigError(problems)
         return cls(**kwargs)
 
     def to_mapping(self, *, only_changed: bool = False) -> dict[str, Any]:
-        """The camelCase mapping, as written to the patch layer (lists, not tuples)."""
-        default = _DEFAULT if only_changed else None
+        """The camelCase mapping in table order, as written to the patch layer (lists, not tuples)."""
         out: dict[str, Any] = {}
-        for key, attr in KEYS.items():
-            value = getattr(self, attr)
-            if default is not None and value == getattr(default, attr):
+        for setting in SETTINGS:
+            value = getattr(self, setting.attr)
+            if only_changed and value == setting.default:
                 continue
-            out[key] = list(value) if isinstance(value, tuple) else value
+            out[setting.key] = list(value) if isinstance(value, tuple) else value
         return out
 
     def replace(self, **changes: Any) -> Config:
         """A copy with some attributes changed (validated like any Config)."""
-        current = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "warnings"}
+        current = {s.attr: getattr(self, s.attr) for s in SETTINGS}
         current.update(changes)
         return type(self)(**current)
 
 
-def _check(key: str, value: Any, problems: list[Problem], where: str = "") -> Any:
-    """Validate one setting; returns the normalised value (lists become tuples)."""
-    kind = _SCHEMA[key]
-    if kind == "bool":
-        if isinstance(value, bool):
-            return value
-        problems.append(Problem(key, "true or false", describe_value(value), where))
-    elif kind == "str":
-        if isinstance(value, str):
-            return value
-        problems.append(Problem(key, "a string", describe_value(value), where))
-    elif kind == "argv":
-        if isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value):
-            if not value or (value[0] and "{agent}" not in value[0] and "{reason}" not in value[0]):
-                return tuple(value)
-            # The program itself must be the operator's: an agent id comes from a harness, untrusted.
-            found = "a list whose first element (the program) is " + (
-                "empty" if not value[0] else f"{describe_value(value[0])}, which holds a placeholder"
-            )
-        elif isinstance(value, (list, tuple)):
-            bad = next(v for v in value if not isinstance(v, str))
-            found = f"a list holding {describe_value(bad)}"
-        else:
-            found = describe_value(value)
-        problems.append(
-            Problem(
-                key,
-                "a command as a list of strings (a fixed program first, then its arguments; no shell), or [] for none",
-                found,
-                where,
-            )
-        )
-    elif kind == "names":
-        if isinstance(value, (list, tuple)) and all(isinstance(v, str) and v for v in value):
-            return tuple(value)
-        if isinstance(value, (list, tuple)):
-            bad = next(v for v in value if not (isinstance(v, str) and v))
-            found = f"a list holding {describe_value(bad)}"
-        else:
-            found = describe_value(value)
-        problems.append(Problem(key, "a list of tool or argument names (non-empty strings)", found, where))
-    else:
-        low, high = kind
-        if isinstance(value, int) and not isinstance(value, bool) and low <= value <= high:
-            return value
-        problems.append(Problem(key, f"an integer from {low:,} to {high:,}", describe_value(value), where))
-    return value
+_TYPES: dict[str, Any] = {"bool": bool, "int": int, "str": str, "names": tuple[str, ...], "argv": tuple[str, ...]}
 
 
-_SCHEMA: dict[str, Any] = {
-    "enabled": "bool",
-    "duplicateLimit": (1, MAX_LIMIT),
-    "window": (1, MAX_WINDOW),
-    "maxCallsPerAgent": (0, MAX_LIMIT),
-    "exempt": "names",
-    "only": "names",
-    "ignoreArgs": "names",
-    "denyMessage": "str",
-    "incidentLog": "str",
-    "maxAgents": (1, MAX_AGENTS),
-    "failClosed": "bool",
-    "guardTimeoutMs": (1, MAX_GUARD_TIMEOUT_MS),
-    "guardSocket": "str",
-    "interruptCommand": "argv",
-}
+def check_fields(cls: type, settings: Sequence[Setting]) -> None:
+    """Raise TypeError unless `cls`'s fields (but `warnings`) are `settings`' attributes, in order, with
+    each kind's type and the table's default: a setting added to one and not the other is named."""
+    hints = typing.get_type_hints(cls)
+    declared = {f.name: (hints[f.name], f.default) for f in fields(cls) if f.name != "warnings"}
+    wanted = {s.attr: (_TYPES[s.kind], s.default) for s in settings}
+    wrong = [f"setting {s.key} has no Config field {s.attr}" for s in settings if s.attr not in declared]
+    wrong += [f"Config field {name} is not in SETTINGS" for name in declared if name not in wanted]
+    for name in declared.keys() & wanted.keys():
+        if declared[name] != wanted[name]:
+            wrong.append(f"Config field {name} is {declared[name]} (type, default), SETTINGS says {wanted[name]}")
+    if not wrong and list(declared) != list(wanted):
+        wrong.append(f"Config's fields are in another order than SETTINGS': {list(declared)}")
+    if wrong:
+        raise TypeError("Config does not match SETTINGS: " + "; ".join(wrong))
 
-_DEFAULT = Config()
+
+check_fields(Config, SETTINGS)
+
+
+# -- the docs' settings table ---------------------------------------------------------------------
+
+DOCS = Path(__file__).resolve().parent.parent / "docs" / "configuration.md"
+TABLE_START = "<!-- settings table: generated by breaker.config.settings_markdown(); a test keeps it equal -->"
+TABLE_END = "<!-- end -->"
+_PLAIN = re.compile(r"[A-Za-z_/][A-Za-z0-9_./-]*\Z")
+
+
+def _yaml(value: Value) -> str:
+    """A default as it would be written in the patch file (YAML flow style)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, tuple):
+        return "[" + ", ".join(_yaml(v) for v in value) + "]"
+    if _PLAIN.match(value) and value.lower() not in {"true", "false", "null", "yes", "no", "on", "off"}:
+        return value
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|")
+
+
+def settings_markdown(settings: Sequence[Setting] = SETTINGS) -> str:
+    """The settings table of docs/configuration.md (and the full text of defaults too long for a cell)."""
+    lines = ["| key | default | expected | read by | what it does |", "|---|---|---|---|---|"]
+    for s in settings:
+        default = s.default_text or f"`{_yaml(s.default)}`"
+        what = s.help + (". Set only in the patch file, never over a socket" if s.patch_only else "")
+        lines.append(f"| `{s.key}` | {_cell(default)} | {_cell(s.expected)} | {', '.join(s.used_by)} | {_cell(what)} |")
+    for s in settings:
+        if s.default_text:
+            lines += ["", f"The default `{s.key}`:", "", "```text", str(s.default), "```"]
+    return "\n".join(lines) + "\n"
+
+
+def docs_with_settings(text: str, settings: Sequence[Setting] = SETTINGS) -> str:
+    """`text` (docs/configuration.md) with the block between the table's markers set to `settings_markdown()`."""
+    start = text.find(TABLE_START)
+    end = text.find(TABLE_END, start + len(TABLE_START)) if start >= 0 else -1
+    if start < 0 or end < 0:
+        raise ValueError(f"the settings table's markers are missing: {TABLE_START} … {TABLE_END}")
+    head = text[: start + len(TABLE_START)]
+    return head + "\n" + settings_markdown(settings) + text[end:]
+
+
+def main(argv: Sequence[str]) -> int:
+    """`python -m breaker.config` prints the settings table; `--write-docs` puts it into docs/configuration.md."""
+    if list(argv) == ["--write-docs"]:
+        text = DOCS.read_text(encoding="utf-8")
+        new = docs_with_settings(text)
+        if new != text:
+            DOCS.write_text(new, encoding="utf-8")
+        print(f"{DOCS}: settings table {'updated' if new != text else 'already up to date'}")
+        return 0
+    if argv:
+        print("usage: python -m breaker.config [--write-docs]", file=sys.stderr)
+        return 2
+    sys.stdout.write(settings_markdown())
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

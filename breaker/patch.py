@@ -26,7 +26,7 @@ from yaml.error import Mark
 from yaml.events import AliasEvent
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
-from breaker.config import KEYS, Config, ConfigError, Problem, describe_value
+from breaker.config import Config, ConfigError, Problem, describe_value
 
 __all__ = [
     "MAX_DEPTH",
@@ -639,11 +639,10 @@ def _line_end(text: str, index: int) -> int:
 
 
 def _desired(config: Config, present: Iterable[str]) -> dict[str, Any]:
-    """Keys the file already has (in its order) plus every key that differs from the default."""
+    """Keys the file already has (in its order), then each key that differs from its default (in table order)."""
     full = config.to_mapping()
-    changed = config.to_mapping(only_changed=True)
     keys = [k for k in present if k in full]
-    keys += [k for k in KEYS if k in changed and k not in keys]
+    keys += [k for k in config.to_mapping(only_changed=True) if k not in keys]
     return {k: full[k] for k in keys}
 
 
@@ -912,6 +911,12 @@ def _check_replaceable(target: Path) -> None:
     if not mode & 0o222 or (info.st_uid == os.geteuid() and not mode & stat.S_IWUSR):
         raise PatchError(
             target, f"is read-only (mode {mode:04o}), so the settings were not saved; make it writable {fix}"
+        )
+    if info.st_uid != os.geteuid():  # a rename would also make it ours: another user's file stays theirs
+        raise PatchError(
+            target,
+            f"belongs to another user (uid {info.st_uid}), so the settings were not saved into it; copy it to a "
+            "layer of your own, or edit it as its owner",
         )
     if not os.access(target, os.W_OK):
         raise PatchError(

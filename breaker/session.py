@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from breaker import __version__
-from breaker.config import Config, ConfigError
+from breaker.config import PATCH_ONLY_KEYS, Config, ConfigError
 from breaker.engine import AgentState, AgentView, Guard
 from breaker.protocol import (
     ALLOW_FRAME_TAIL,
@@ -84,7 +84,7 @@ POOL = 64 * 1024 * 1024  # unfinished frames past PRIVATE_BUFFER share this, acr
 DROP_AFTER = 10.0  # seconds a subscriber may stay behind before it is dropped
 MAX_TRIPS_BEHIND = 500  # trips kept for a subscriber that is behind; older ones are dropped
 ROWS_PER_PART = 25  # agent rows per state-frame part: one part takes a few hundred microseconds to build
-FORBIDDEN_KEYS = ("interruptCommand",)  # runs a program: only the patch file the user edits may set it
+FORBIDDEN_KEYS = PATCH_ONLY_KEYS  # e.g. interruptCommand runs a program: only the patch file the user edits sets it
 
 
 class Slot:

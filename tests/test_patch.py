@@ -806,6 +806,17 @@ def test_write_refuses_a_file_this_user_may_not_write(tmp_path, monkeypatch):
     assert f.read_text() == "- id: circuit-breaker\n"
 
 
+@pytest.mark.skipif(os.getuid() != 0, reason="only root can give a file to another user")
+def test_write_refuses_another_users_file_even_as_root(tmp_path):
+    f = tmp_path / "p.yml"
+    f.write_text("- id: circuit-breaker\n")
+    f.chmod(0o644)
+    os.chown(f, 65534, 65534)  # root may write it, and a rename would make it root's
+    with pytest.raises(PatchError, match=r"belongs to another user \(uid 65534\)"):
+        write_config(f, Config(window=5))
+    assert f.read_text() == "- id: circuit-breaker\n" and f.stat().st_uid == 65534
+
+
 def test_a_directory_that_takes_no_new_file_is_a_patch_error_naming_it(tmp_path, monkeypatch):
     f = tmp_path / "p.yml"
     f.write_text("- id: circuit-breaker\n")

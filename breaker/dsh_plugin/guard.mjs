@@ -119,19 +119,30 @@ export function checkSocket(path, uid = process.getuid?.()) {
   return null
 }
 
+// The keys this plugin reads itself, with the defaults and range of breaker/config.py's SETTINGS
+// (tests/test_schema.py runs readSettings in Node and fails if they drift apart).
+const DEFAULT_ENABLED = true
+const DEFAULT_FAIL_CLOSED = false
+const MIN_TIMEOUT_MS = 1
+const MAX_TIMEOUT_MS = 60000
+
 /** The plugin's settings from its row's `config` (the guard server validates the same keys and
  * reports errors; here a bad value falls back to its default with a warning). */
 export function readSettings(config, env = process.env, warn = () => {}) {
   const c = config !== null && typeof config === 'object' ? config : {}
-  const settings = { enabled: true, failClosed: false, timeoutMs: DEFAULT_TIMEOUT_MS, socket: '' }
-  if (c.enabled === false) settings.enabled = false
+  const settings = { enabled: DEFAULT_ENABLED, failClosed: DEFAULT_FAIL_CLOSED, timeoutMs: DEFAULT_TIMEOUT_MS, socket: '' }
+  if (typeof c.enabled === 'boolean') settings.enabled = c.enabled
+  else if (c.enabled !== undefined) warn(`enabled: expected true or false, found ${show(c.enabled)}; using ${DEFAULT_ENABLED}`)
   if (typeof c.failClosed === 'boolean') settings.failClosed = c.failClosed
-  else if (c.failClosed !== undefined) warn(`failClosed: expected true or false, found ${show(c.failClosed)}; using false`)
+  else if (c.failClosed !== undefined) warn(`failClosed: expected true or false, found ${show(c.failClosed)}; using ${DEFAULT_FAIL_CLOSED}`)
   const t = c.guardTimeoutMs
-  if (Number.isInteger(t) && t >= 1 && t <= 60000) settings.timeoutMs = t
-  else if (t !== undefined) warn(`guardTimeoutMs: expected an integer from 1 to 60,000, found ${show(t)}; using ${DEFAULT_TIMEOUT_MS}`)
+  if (Number.isInteger(t) && t >= MIN_TIMEOUT_MS && t <= MAX_TIMEOUT_MS) settings.timeoutMs = t
+  else if (t !== undefined) {
+    const range = `from ${MIN_TIMEOUT_MS.toLocaleString('en-US')} to ${MAX_TIMEOUT_MS.toLocaleString('en-US')}`
+    warn(`guardTimeoutMs: expected an integer ${range}, found ${show(t)}; using ${DEFAULT_TIMEOUT_MS}`)
+  }
   if (typeof c.guardSocket === 'string' && c.guardSocket !== '') settings.socket = expandUser(c.guardSocket)
-  else if (c.guardSocket !== undefined && c.guardSocket !== '') warn(`guardSocket: expected a path, found ${show(c.guardSocket)}; using the default`)
+  else if (c.guardSocket !== undefined && c.guardSocket !== '') warn(`guardSocket: expected a string (the socket's path), found ${show(c.guardSocket)}; using the default`)
   if (!settings.socket) settings.socket = defaultSocketPath(env)
   return settings
 }

@@ -12,38 +12,23 @@ from textual.containers import Horizontal, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, Static, Switch
 
-from breaker.config import KEYS, Config, ConfigError
+from breaker.config import SETTINGS, Config, ConfigError, Kind, Setting
 
-__all__ = ["ConfigScreen", "parse_field"]
+__all__ = ["ConfigScreen", "help_line", "parse_field"]
 
-_DEFAULTS = Config()
-HELP = {
-    "enabled": "master switch",
-    "duplicateLimit": "deny after this many identical calls in the window",
-    "window": "how many recent calls each agent remembers",
-    "maxCallsPerAgent": "lifetime calls per agent (0 = no cap)",
-    "exempt": "tools the guard ignores (comma-separated, or [a, b])",
-    "only": "if set, the guard judges only these tools",
-    "ignoreArgs": "argument names left out when comparing calls",
-    "denyMessage": "the deny text; {tool} {count} {limit} {kind} {agent}",
-    "incidentLog": "append-only JSONL of first denies (empty = off)",
-    "maxAgents": "how many agents are tracked at once",
-    "failClosed": "dsh plugin: deny tool calls while the guard is unreachable",
-    "guardTimeoutMs": "dsh plugin: how long a tool call waits for the guard (ms)",
-    "guardSocket": "dsh plugin: the guard's socket (empty = the default path)",
-    "interruptCommand": 'argv run on an interrupt, e.g. [tmux, send-keys, -t, "{agent}", C-c]',
-}
+# How a list is typed into one line of text, by kind (the setting's own help comes from SETTINGS).
+_LIST_INPUT = {"names": "comma-separated, or [a, b]", "argv": 'a list, e.g. [tmux, send-keys, -t, "{agent}", C-c]'}
 
 
-def _kind(key: str) -> str:
-    value = getattr(_DEFAULTS, KEYS[key])
-    if isinstance(value, bool):
-        return "bool"
-    if isinstance(value, int):
-        return "int"
-    if isinstance(value, tuple):
-        return "list"
-    return "str"
+def help_line(setting: Setting) -> str:
+    """The line under a setting's field: its help from the schema, how to type it, who reads it."""
+    parts = [setting.help]
+    if setting.kind in _LIST_INPUT:
+        parts.append(_LIST_INPUT[setting.kind])
+    parts.append(", ".join(setting.used_by))
+    if setting.patch_only:
+        parts.append("set only in the patch file")
+    return " · ".join(parts)
 
 
 def _show(value: Any) -> str:
@@ -54,7 +39,7 @@ def _show(value: Any) -> str:
     return "" if value is None else str(value)
 
 
-def parse_field(kind: str, text: str) -> Any:
+def parse_field(kind: Kind, text: str) -> Any:
     """What the user typed, as the value the config expects (invalid input passes through for the
     validator to name it)."""
     if kind == "int":
@@ -62,7 +47,7 @@ def parse_field(kind: str, text: str) -> Any:
             return int(text.strip().replace("_", "").replace(",", ""))
         except ValueError:
             return text
-    if kind == "list":
+    if kind in ("names", "argv"):
         stripped = text.strip()
         if stripped.startswith("["):
             try:
@@ -84,7 +69,7 @@ class ConfigScreen(ModalScreen[dict[str, Any] | None]):
     ConfigScreen .row { height: auto; margin-top: 1; }
     ConfigScreen .name { width: 20; padding-top: 1; text-style: bold; }
     ConfigScreen Input { width: 1fr; }
-    ConfigScreen .help { color: $text-muted; height: 1; }
+    ConfigScreen .help { color: $text-muted; height: auto; }
     ConfigScreen .problem { color: $error; height: auto; }
     ConfigScreen #where { color: $text-muted; margin-top: 1; }
     ConfigScreen #buttons { height: auto; align-horizontal: right; margin: 1 0; }
@@ -97,27 +82,29 @@ class ConfigScreen(ModalScreen[dict[str, Any] | None]):
 
     def __init__(self, values: dict[str, Any], target: str | None, readonly: bool = False) -> None:
         super().__init__()
-        self.original = {k: values.get(k, getattr(_DEFAULTS, a)) for k, a in KEYS.items()}
+        self.original = {s.key: values.get(s.key, s.default) for s in SETTINGS}
         self.target = target
         self.readonly = readonly
 
     def compose(self) -> ComposeResult:
         with VerticalScroll():
             yield Static(Text("Circuit-breaker config", style="bold"), id="heading")
-            for key in KEYS:
-                kind = _kind(key)
+            for setting in SETTINGS:
+                key = setting.key
+                # A patch-only key runs a program: the guard refuses it over a socket, so it is shown, not edited.
+                disabled = self.readonly or setting.patch_only
                 with Horizontal(classes="row"):
                     yield Label(key, classes="name")
-                    if kind == "bool":
-                        yield Switch(value=bool(self.original[key]), id=f"f-{key}", disabled=self.readonly)
+                    if setting.kind == "bool":
+                        yield Switch(value=bool(self.original[key]), id=f"f-{key}", disabled=disabled)
                     else:
                         yield Input(
                             value=_show(self.original[key]),
                             id=f"f-{key}",
-                            type="integer" if kind == "int" else "text",
-                            disabled=self.readonly,
+                            type="integer" if setting.kind == "int" else "text",
+                            disabled=disabled,
                         )
-                yield Static(Text(HELP.get(key, "")), classes="help")
+                yield Static(Text(help_line(setting)), classes="help", id=f"h-{key}")
                 yield Static("", classes="problem", id=f"p-{key}")
             where = f"Saved to {self.target}" if self.target else "No patch layer to save to (memory only)"
             yield Static(Text(where), id="where")
@@ -127,24 +114,24 @@ class ConfigScreen(ModalScreen[dict[str, Any] | None]):
 
     def values(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
-        for key in KEYS:
-            kind = _kind(key)
-            if kind == "bool":
+        for setting in SETTINGS:
+            key = setting.key
+            if setting.kind == "bool":
                 out[key] = self.query_one(f"#f-{key}", Switch).value
             else:
-                out[key] = parse_field(kind, self.query_one(f"#f-{key}", Input).value)
+                out[key] = parse_field(setting.kind, self.query_one(f"#f-{key}", Input).value)
         return out
 
     def validate_form(self) -> dict[str, Any] | None:
         """Show each problem under its field; the changed keys if all is well."""
         values = self.values()
-        for key in KEYS:
-            self.query_one(f"#p-{key}", Static).update("")
+        for setting in SETTINGS:
+            self.query_one(f"#p-{setting.key}", Static).update("")
         try:
             Config.from_mapping(values)
         except ConfigError as exc:
             for problem in exc.problems:
-                if problem.key in KEYS:
+                if problem.key in self.original:
                     self.query_one(f"#p-{problem.key}", Static).update(
                         Text(f"expected {problem.expected}, found {problem.found}")
                     )
