@@ -2,16 +2,17 @@
 
 One process per tool call: read the hook's JSON on stdin, tell which harness sent it, ask the guard,
 and answer in that harness's own words. Allow = print nothing and exit 0. Nothing here may crash a
-harness: garbage in, an unreachable guard or a bug all end in exit 0 (the harness runs the tool),
-except with `--fail-closed`, which prints an explicit deny instead.
+harness: garbage in, a guard that cannot be asked ("guard unavailable") or a bug all end in exit 0
+(the harness runs the tool), except with `--fail-closed`, which prints an explicit deny instead.
 
 It starts once per tool call, so it imports only what is cheap (`python -X importtime`; figures in
 tests/bench/bench_hook.py): no engine, no orjson, no argparse, no dataclasses, no `socket` module,
-no `pathlib` (breaker.paths keeps its own top cheap for this).
+no `pathlib` (breaker.paths keeps its own top cheap for this). It splits the guard's replies with
+breaker.wire's `FrameBuffer`, as every other client does; breaker.wire imports nothing.
 
 It never tells a socket it has not checked anything: one in a directory another user owns or can
-write to, or owned by another user, or served by another user's process, is treated as an
-unreachable guard (breaker.paths.check_socket, check_peer), and nothing it could say is used.
+write to, or owned by another user, or served by another user's process, makes the guard
+unavailable (breaker.paths.check_socket, check_peer), and nothing it could say is used.
 """
 
 from __future__ import annotations
@@ -23,12 +24,24 @@ import sys
 import time
 
 from breaker.paths import check_peer, check_socket
+from breaker.wire import MAX_FRAME, FrameBuffer
 
 TYPE_CHECKING = False  # not typing's: importing typing costs ~2 ms per tool call
 if TYPE_CHECKING:
     from typing import Any
 
-__all__ = ["HARNESSES", "Call", "Hook", "answer", "detect", "main", "parse_event", "socket_path"]
+__all__ = [
+    "HARNESSES",
+    "GuardUnavailable",
+    "Hook",
+    "HookRequest",
+    "answer",
+    "detect",
+    "main",
+    "parse_event",
+    "socket_path",
+    "subagent_id",
+]
 
 USAGE = """\
 usage: cbhook [--socket PATH] [--timeout SECONDS] [--fail-closed] [--harness NAME]
@@ -43,41 +56,41 @@ beforeShellExecution/beforeMCPExecution/sessionEnd, dsh's Claude-Code bridge). I
                      $XDG_RUNTIME_DIR/cbconsole/guard.sock, else <tmp>/cbconsole-<uid>/guard.sock)
   --timeout SECONDS  the most a call waits for the guard, connecting included (default 1)
   --fail-closed      deny when the guard cannot be asked (default: allow, one line on stderr)
-  --harness NAME     skip detection: claude, codex, gemini, cursor or dsh
+  --harness NAME     skip detection: claude-code, codex, gemini-cli, cursor or dsh
+                     (claude and gemini are accepted too)
   --dsh-plugin-path  print the directory of the dsh plugin (for `dsh plugin --profile web add`)
 """
 
 DEFAULT_TIMEOUT = 1.0  # seconds; a harness waits for the hook, and the guard answers in well under 1 ms
 MAX_STDIN = 64 * 1024 * 1024  # past this the payload is drained unread: too big to parse once per tool call
-MAX_FRAME = 8 * 1024 * 1024  # the guard's frame limit (breaker.protocol.MAX_FRAME; a test keeps them equal)
 MAX_REPLY = 1024 * 1024  # a reply is a few hundred bytes; anything bigger is not our guard
 
-# --harness names (and aliases) -> dialect; the dialect's label goes in the check's `harness` field.
+# The harnesses cbhook speaks for, by the names the guard knows them by (the check's `harness`
+# field), and what `--harness` also accepts for each. dsh here is its Claude-Code hook bridge.
 HARNESSES = {
-    "claude": "claude",
-    "claude-code": "claude",
+    "claude-code": "claude-code",
+    "claude": "claude-code",
     "codex": "codex",
-    "gemini": "gemini",
-    "gemini-cli": "gemini",
+    "gemini-cli": "gemini-cli",
+    "gemini": "gemini-cli",
     "cursor": "cursor",
     "dsh": "dsh",
 }
-LABELS = {"claude": "claude-code", "codex": "codex", "gemini": "gemini-cli", "cursor": "cursor", "dsh": "dsh"}
 
-# The events each dialect gets a verdict for, and those that end an agent. Every other event
+# The events each harness gets a decision for, and those that end an agent. Every other event
 # (PostToolUse, Stop, SessionStart, AfterAgent...) is answered with nothing and never reaches the guard.
 TOOL_EVENTS = {
-    "claude": {"PreToolUse"},
+    "claude-code": {"PreToolUse"},
     "codex": {"PreToolUse"},
     "dsh": {"PreToolUse"},
-    "gemini": {"BeforeTool"},
+    "gemini-cli": {"BeforeTool"},
     "cursor": {"beforeShellExecution", "beforeMCPExecution", "preToolUse"},
 }
 END_EVENTS = {
-    "claude": {"SubagentStop", "SessionEnd"},
+    "claude-code": {"SubagentStop", "SessionEnd"},
     "codex": set(),  # Codex has no session-end hook: its agents leave the guard by LRU (maxAgents)
     "dsh": {"SubagentStop"},  # the bridge runs no SessionEnd hooks
-    "gemini": {"SessionEnd"},
+    "gemini-cli": {"SessionEnd"},
     "cursor": {"sessionEnd"},
 }
 _CURSOR_EVENTS = {
@@ -124,7 +137,8 @@ def _log(message: str) -> None:
 
 
 def detect(event: dict[str, Any]) -> str | None:
-    """The dialect of a hook payload, from its event name and field shapes; None if unknown.
+    """The harness that sent a hook payload (a key of TOOL_EVENTS), from its event name and field
+    shapes; None if unknown.
 
     dsh's Claude-Code bridge sends Claude-shaped JSON; it differs from Claude Code by what it omits
     (`permission_mode`, `prompt_id`) and by its ids (`session-<uuid>` roots, a subagent's own id as
@@ -136,10 +150,10 @@ def detect(event: dict[str, Any]) -> str | None:
     if name in _CURSOR_EVENTS or ("conversation_id" in event and "session_id" not in event):
         return "cursor"
     if name in _GEMINI_EVENTS:
-        return "gemini"
+        return "gemini-cli"
     session = event.get("session_id")
     if name == "SessionEnd":
-        return "gemini" if "timestamp" in event else "claude"
+        return "gemini-cli" if "timestamp" in event else "claude-code"
     if name in ("SubagentStop", "SubagentStart"):
         agent = event.get("agent_id")
         if (
@@ -148,13 +162,13 @@ def detect(event: dict[str, Any]) -> str | None:
             and (not session or session == agent)
         ):
             return "dsh"
-        return "claude"
+        return "claude-code"
     if "turn_id" in event:  # Codex sends it with every tool event; Claude Code never does
         return "codex"
     if "model" in event and "prompt_id" not in event and "agent_id" not in event:
         return "codex"  # Codex's other mark; a Claude deny with `continue` would fail a Codex hook
     if "permission_mode" in event or "prompt_id" in event or "agent_id" in event:
-        return "claude"
+        return "claude-code"
     transcript = event.get("transcript_path")
     if (
         (isinstance(session, str) and session.startswith("session-"))
@@ -163,12 +177,13 @@ def detect(event: dict[str, Any]) -> str | None:
     ):
         return "dsh"
     if "session_id" in event:
-        return "claude"  # older Claude Code versions sent neither permission_mode nor prompt_id
+        return "claude-code"  # older Claude Code versions sent neither permission_mode nor prompt_id
     return None
 
 
-class Call:
-    """What the guard needs to judge one tool call, or to forget an agent."""
+class HookRequest:
+    """What one hook event asks of the guard: to check one call (agent, tool, args, parent, call id),
+    or to forget an agent (the agent alone)."""
 
     __slots__ = ("agent", "args", "call_id", "parent", "tool")
 
@@ -186,20 +201,29 @@ def _text(value: Any) -> str | None:
     return value if isinstance(value, str) and value else None
 
 
-def parse_event(dialect: str, event: dict[str, Any]) -> tuple[str, Call | None]:
-    """("check" | "end" | "ignore", the call or agent). A tool event without a usable agent or tool
-    gives ("check", None): the guard cannot judge it, and the failure mode decides."""
+def parse_event(harness: str, event: dict[str, Any]) -> tuple[str, HookRequest | None]:
+    """("check" | "end" | "ignore", the request) for a payload of `harness` (a key of TOOL_EVENTS).
+    A tool event without a usable agent or tool gives ("check", None): the guard cannot judge it,
+    and the failure mode decides."""
     name = event.get("hook_event_name")
-    if name in TOOL_EVENTS[dialect]:
-        return "check", _tool_call(dialect, name, event)
-    if name in END_EVENTS[dialect]:
-        agent = _end_agent(dialect, name, event)
-        return ("end", Call(agent)) if agent else ("ignore", None)
+    if name in TOOL_EVENTS[harness]:
+        return "check", _tool_call(harness, name, event)
+    if name in END_EVENTS[harness]:
+        agent = _end_agent(harness, name, event)
+        return ("end", HookRequest(agent)) if agent else ("ignore", None)
     return "ignore", None
 
 
-def _tool_call(dialect: str, name: Any, event: dict[str, Any]) -> Call | None:
-    if dialect == "cursor":
+def subagent_id(session: str, agent_id: str) -> str:
+    """A Claude Code subagent's id in the guard: its session's id, `/`, the hook's `agent_id`.
+
+    breaker.transcripts names the subagent of a recorded session the same way, so one agent has
+    one id live and in replay."""
+    return f"{session}/{agent_id}"
+
+
+def _tool_call(harness: str, name: Any, event: dict[str, Any]) -> HookRequest | None:
+    if harness == "cursor":
         agent = _text(event.get("conversation_id"))
         if name == "beforeShellExecution":
             command = event.get("command")
@@ -208,7 +232,7 @@ def _tool_call(dialect: str, name: Any, event: dict[str, Any]) -> Call | None:
             args: dict[str, Any] = {"command": command}
             if isinstance(event.get("cwd"), str):
                 args["cwd"] = event["cwd"]
-            return Call(agent, "Shell", args, call_id=_text(event.get("generation_id")))
+            return HookRequest(agent, "Shell", args, call_id=_text(event.get("generation_id")))
         tool, tool_input = _text(event.get("tool_name")), event.get("tool_input")
         if isinstance(tool_input, str):  # beforeMCPExecution sends the MCP arguments as a JSON string
             try:
@@ -217,40 +241,40 @@ def _tool_call(dialect: str, name: Any, event: dict[str, Any]) -> Call | None:
                 pass
         if agent is None or tool is None:
             return None
-        return Call(agent, tool, tool_input, call_id=_text(event.get("generation_id")))
+        return HookRequest(agent, tool, tool_input, call_id=_text(event.get("generation_id")))
     session, tool = _text(event.get("session_id")), _text(event.get("tool_name"))
     if session is None or tool is None:
         return None
     call_id = event.get("tool_use_id")
     call_id = call_id if isinstance(call_id, (str, int)) and not isinstance(call_id, bool) else None
-    sub = _text(event.get("agent_id")) if dialect == "claude" else None
+    sub = _text(event.get("agent_id")) if harness == "claude-code" else None
     if sub is not None:  # a Claude Code subagent: keyed apart from the main agent, its parent named
-        return Call(f"{session}/{sub}", tool, event.get("tool_input"), parent=session, call_id=call_id)
-    return Call(session, tool, event.get("tool_input"), call_id=call_id)
+        return HookRequest(subagent_id(session, sub), tool, event.get("tool_input"), parent=session, call_id=call_id)
+    return HookRequest(session, tool, event.get("tool_input"), call_id=call_id)
 
 
-def _end_agent(dialect: str, name: Any, event: dict[str, Any]) -> str | None:
-    if dialect == "cursor":
+def _end_agent(harness: str, name: Any, event: dict[str, Any]) -> str | None:
+    if harness == "cursor":
         return _text(event.get("conversation_id"))
     session = _text(event.get("session_id"))
     if name == "SubagentStop":
         sub = _text(event.get("agent_id"))
-        if dialect == "dsh":  # the bridge names the child by its own dsh agent id
+        if harness == "dsh":  # the bridge names the child by its own dsh agent id
             return sub or session
-        return f"{session}/{sub}" if session and sub else None
+        return subagent_id(session, sub) if session and sub else None
     return session
 
 
 # -- the answer, in each harness's words ----------------------------------------------------------
 
 
-def answer(dialect: str, event_name: Any, reason: str, *, stop: bool = False) -> dict[str, Any]:
-    """The JSON that denies a call in `dialect`; `stop` (an operator interrupt) also stops the agent
-    where the harness has such a signal (Claude Code: `continue: false`, which alone would let the
-    call run, so the deny goes with it)."""
-    if dialect == "gemini":
+def answer(harness: str, event_name: Any, reason: str, *, stop: bool = False) -> dict[str, Any]:
+    """The JSON that denies a call in `harness`'s words; `stop` (an operator interrupt) also stops the
+    agent where the harness has such a signal (Claude Code: `continue: false`, which alone would let
+    the call run, so the deny goes with it)."""
+    if harness == "gemini-cli":
         return {"decision": "deny", "reason": reason}
-    if dialect == "cursor":
+    if harness == "cursor":
         return {"permission": "deny", "user_message": reason, "agent_message": reason}
     out: dict[str, Any] = {
         "hookSpecificOutput": {
@@ -259,7 +283,7 @@ def answer(dialect: str, event_name: Any, reason: str, *, stop: bool = False) ->
             "permissionDecisionReason": reason,
         }
     }
-    if stop and dialect == "claude":
+    if stop and harness == "claude-code":
         # Codex counts unknown output fields as a failed hook (and runs the tool); dsh's bridge
         # records `continue` without halting (the dsh plugin cancels instead).
         out = {"continue": False, "stopReason": reason, **out}
@@ -288,18 +312,22 @@ def socket_path(environ: Any = None) -> str:
     return str(default_socket_path(env))
 
 
-class GuardUnreachable(Exception):
-    """The guard could not be asked; the message says why (one stderr line)."""
+class GuardUnavailable(Exception):
+    """The guard could not be asked; the message says why (one stderr line).
+
+    The same idea, and name, as breaker.client.GuardUnavailable: cbhook cannot import the client."""
 
 
 def _encode(fields: dict[str, Any]) -> bytes:
     return (json.dumps(fields, ensure_ascii=False, allow_nan=False, separators=(",", ":")) + "\n").encode()
 
 
-def _frame(op: str, call: Call, harness: str) -> bytes:
-    fields: dict[str, Any] = {"op": op, "id": 1, "agent": call.agent}
+def _frame(op: str, request: HookRequest, harness: str) -> bytes:
+    fields: dict[str, Any] = {"op": op, "id": 1, "agent": request.agent}
     if op == "check":
-        fields.update(tool=call.tool, harness=harness, parent=call.parent, call_id=call.call_id, args=call.args)
+        fields.update(
+            tool=request.tool, harness=harness, parent=request.parent, call_id=request.call_id, args=request.args
+        )
     try:
         frame = _encode(fields)
     except (ValueError, TypeError, UnicodeEncodeError, RecursionError):
@@ -326,7 +354,7 @@ def ask(path: str, frame: bytes, timeout: float) -> dict[str, Any]:
     """
     unsafe = check_socket(path)
     if unsafe is not None:
-        raise GuardUnreachable(unsafe)
+        raise GuardUnavailable(unsafe)
     deadline = time.monotonic() + timeout
     sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
     try:
@@ -335,32 +363,29 @@ def ask(path: str, frame: bytes, timeout: float) -> dict[str, Any]:
             sock.connect(path)
             unsafe = check_peer(sock, path)
             if unsafe is not None:
-                raise GuardUnreachable(unsafe)
+                raise GuardUnavailable(unsafe)
             _time_left(sock, deadline)
             sock.sendall(frame)
-            buf = b""
+            replies = FrameBuffer(MAX_REPLY)
             while True:
-                nl = buf.find(b"\n")
-                while nl >= 0:
-                    line, buf = buf[:nl], buf[nl + 1 :]
-                    try:
-                        msg = json.loads(line)
-                    except ValueError:
-                        raise GuardUnreachable(f"the guard at {path} answered something that is not JSON") from None
-                    if isinstance(msg, dict) and "event" not in msg and msg.get("id") in (1, None):
-                        return msg
-                    nl = buf.find(b"\n")
                 _time_left(sock, deadline)
                 chunk = sock.recv(65536)
                 if not chunk:
-                    raise GuardUnreachable(f"the guard at {path} closed the connection without answering")
-                buf += chunk
-                if len(buf) > MAX_REPLY:
-                    raise GuardUnreachable(f"the guard at {path} sent an oversized reply")
+                    raise GuardUnavailable(f"the guard at {path} closed the connection without answering")
+                replies.feed(chunk)
+                for line in replies.frames():
+                    try:
+                        msg = json.loads(line)
+                    except ValueError:
+                        raise GuardUnavailable(f"the guard at {path} answered something that is not JSON") from None
+                    if isinstance(msg, dict) and "event" not in msg and msg.get("id") in (1, None):
+                        return msg
+                if replies.too_large:
+                    raise GuardUnavailable(f"the guard at {path} sent an oversized reply")
         except TimeoutError:
-            raise GuardUnreachable(f"no answer from the guard at {path} within {timeout:g} s") from None
+            raise GuardUnavailable(f"no answer from the guard at {path} within {timeout:g} s") from None
         except OSError as exc:
-            raise GuardUnreachable(f"cannot reach the guard at {path}: {exc.strerror or exc}") from None
+            raise GuardUnavailable(f"cannot reach the guard at {path}: {exc.strerror or exc}") from None
     finally:
         sock.close()
 
@@ -389,75 +414,76 @@ class Hook:
         self.socket = socket
         self.timeout = timeout
         self.fail_closed = fail_closed
-        self.harness = harness
+        self.harness = harness  # a key of TOOL_EVENTS (--harness), or None: detect it per payload
 
     def run(self, data: bytes | None) -> tuple[str, int]:
         """`data` is stdin (None: more than MAX_STDIN, drained unread)."""
-        dialect = self.harness
+        harness = self.harness
         if data is None:
-            return self._cannot_judge(dialect, None, f"the hook payload is over {MAX_STDIN // (1024 * 1024)} MiB")
+            return self._cannot_judge(harness, None, f"the hook payload is over {MAX_STDIN // (1024 * 1024)} MiB")
         try:
             event = json.loads(data)
         except (ValueError, RecursionError):
             what = "empty" if not data.strip() else "not JSON"
-            return self._cannot_judge(dialect, None, f"the hook payload on stdin is {what}")
+            return self._cannot_judge(harness, None, f"the hook payload on stdin is {what}")
         if not isinstance(event, dict):
-            return self._cannot_judge(dialect, None, "the hook payload on stdin is not a JSON object")
-        dialect = dialect or detect(event)
-        if dialect is None:
+            return self._cannot_judge(harness, None, "the hook payload on stdin is not a JSON object")
+        harness = harness or detect(event)
+        if harness is None:
             return self._cannot_judge(None, None, "cannot tell which harness sent this payload (use --harness)")
         name = event.get("hook_event_name")
-        action, call = parse_event(dialect, event)
+        action, request = parse_event(harness, event)
         if action == "ignore":
             return "", 0
-        if call is None:
+        if request is None:
             return self._cannot_judge(
-                dialect, name, f"the {dialect} {name} payload has no usable agent id or tool name"
+                harness, name, f"the {harness} {name} payload has no usable agent id or tool name"
             )
         path = self.socket or socket_path()
         if action == "end":
             try:
-                ask(path, _frame("agent_end", call, LABELS[dialect]), self.timeout)
-            except GuardUnreachable as exc:
-                _log(f"{exc}; agent {call.agent!r} not forgotten")
+                ask(path, _frame("agent_end", request, harness), self.timeout)
+            except GuardUnavailable as exc:
+                _log(f"{exc}; agent {request.agent!r} not forgotten")
             return "", 0
         try:
-            reply = ask(path, _frame("check", call, LABELS[dialect]), self.timeout)
-        except GuardUnreachable as exc:
-            return self._unreachable(dialect, name, str(exc))
+            reply = ask(path, _frame("check", request, harness), self.timeout)
+        except GuardUnavailable as exc:
+            return self._unavailable(harness, name, str(exc))
         decision = reply.get("decision")
         if decision == "allow":
             return "", 0
         if decision == "deny":
             reason = reply.get("reason")
             reason = reason if isinstance(reason, str) and reason else "Circuit breaker: this call was denied."
-            return _dump(answer(dialect, name, reason, stop=reply.get("kind") == "interrupted")), 0
+            return _dump(answer(harness, name, reason, stop=reply.get("kind") == "interrupted")), 0
         error = reply.get("error")
         why = (
             f"{error.get('code')}: {error.get('message')}"
             if isinstance(error, dict)
             else f"an unexpected reply {reply!r:.200}"
         )
-        return self._unreachable(dialect, name, f"the guard answered {why}")
+        return self._unavailable(harness, name, f"the guard answered {why}")
 
-    def _unreachable(self, dialect: str, name: Any, why: str) -> tuple[str, int]:
+    def _unavailable(self, harness: str, name: Any, why: str) -> tuple[str, int]:
+        """The fallback for a call the guard could not be asked about (or answered with an error)."""
         if self.fail_closed:
             _log(f"{why}; denying (--fail-closed)")
             reason = f"Circuit breaker unreachable ({why}); tool calls are denied until it is back."
-            return _dump(answer(dialect, name, reason)), 0
+            return _dump(answer(harness, name, reason)), 0
         _log(f"{why}; allowing the call (fail open)")
         return "", 0
 
-    def _cannot_judge(self, dialect: str | None, name: Any, why: str) -> tuple[str, int]:
+    def _cannot_judge(self, harness: str | None, name: Any, why: str) -> tuple[str, int]:
         if not self.fail_closed:
             _log(f"{why}; allowing the call (fail open)")
             return "", 0
         reason = f"Circuit breaker could not judge this call ({why}); denied (--fail-closed)."
         _log(reason)
-        if dialect is None:
+        if harness is None:
             return "", 2  # every harness here treats exit 2 as "block", with stderr as the reason
-        event = name if isinstance(name, str) else next(iter(TOOL_EVENTS[dialect]))
-        return _dump(answer(dialect, event, reason)), 0
+        event = name if isinstance(name, str) else next(iter(TOOL_EVENTS[harness]))
+        return _dump(answer(harness, event, reason)), 0
 
 
 def _dump(value: dict[str, Any]) -> str:
@@ -498,10 +524,11 @@ def _parse_args(argv: list[str]) -> Hook | str:
                 if not 0 < hook.timeout <= 600:
                     return f"--timeout: expected seconds from 0 to 600, found {value}"
             else:
-                dialect = HARNESSES.get(value.lower())
-                if dialect is None:
-                    return f"--harness: expected one of {', '.join(HARNESSES)}, found {value!r}"
-                hook.harness = dialect
+                harness = HARNESSES.get(value.lower())
+                if harness is None:
+                    names = ", ".join(TOOL_EVENTS)
+                    return f"--harness: expected one of {names} (or claude, gemini), found {value!r}"
+                hook.harness = harness
         elif arg == "--fail-closed":
             hook.fail_closed = True
         else:

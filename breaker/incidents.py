@@ -106,7 +106,7 @@ class QueuedIncidentLog:
         self.on_error = on_error
         self.dropped = 0
         self._full = False
-        self._queue: queue.Queue[dict[str, Any] | None] = queue.Queue(maxsize=size)
+        self._queue: queue.Queue[tuple[str, dict[str, Any]] | None] = queue.Queue(maxsize=size)
         self._thread = threading.Thread(target=self._run, name="incident-log", daemon=True)
         self._thread.start()
 
@@ -116,7 +116,7 @@ class QueuedIncidentLog:
 
     @path.setter
     def path(self, value: str) -> None:
-        self._path = os.fspath(value)  # the thread takes it before its next line: never a wait here
+        self._path = os.fspath(value)  # lines already queued keep the path they were recorded under
 
     @property
     def last_error(self) -> str | None:
@@ -130,7 +130,7 @@ class QueuedIncidentLog:
 
         fields = {"kind": kind, "tool": tool, "count": count, "limit": limit, "agent": agent, "when": when}
         try:
-            self._queue.put_nowait(fields)
+            self._queue.put_nowait((self._path, fields))
         except queue.Full:
             self.dropped += 1
             if not self._full and self.on_error is not None:
@@ -148,10 +148,10 @@ class QueuedIncidentLog:
 
     def _run(self) -> None:
         while True:
-            fields = self._queue.get()
-            if fields is None:
+            item = self._queue.get()
+            if item is None:
                 return
-            self.log.path = self._path
+            self.log.path, fields = item
             self.log.record(**fields)
 
     def close(self, timeout: float = 2.0) -> None:

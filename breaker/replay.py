@@ -18,7 +18,7 @@ from breaker.config import Config, ConfigError, Problem, describe_value
 from breaker.engine import Guard
 from breaker.keys import preview, tool_class_name
 from breaker.patch import PatchSources, load
-from breaker.transcripts import FORMATS, Agent, Reading, TranscriptError, read
+from breaker.transcripts import FORMAT_ALIASES, FORMATS, Agent, Reading, TranscriptError, harness_of, read
 
 __all__ = [
     "SEARCH_TOOLS",
@@ -28,7 +28,7 @@ __all__ = [
     "duration",
     "load_config",
     "main",
-    "plain",
+    "printable",
     "render_json",
     "render_problems",
     "render_table",
@@ -263,8 +263,8 @@ def _tree_order(agents: Mapping[str, Agent]) -> list[Agent]:
 _UNSAFE = re.compile(r"[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
 
 
-def plain(text: str) -> str:
-    """Untrusted text made safe to print: control and bidi characters escaped."""
+def printable(text: str) -> str:
+    """Untrusted text made safe to print in a terminal: control and bidi characters escaped."""
     return _UNSAFE.sub(
         lambda m: f"\\x{ord(m.group()):02x}" if ord(m.group()) < 0x100 else f"\\u{ord(m.group()):04x}", text
     )
@@ -284,19 +284,25 @@ def duration(seconds: float | None) -> str:
     return f"{s // 3600}h {s % 3600 // 60:02d}m"
 
 
-# dsh `session-<uuid>` and bare uuids, Claude Code's `agent-<17 hex>`: the prefix and 8 hex digits tell them apart.
+# dsh `session-<uuid>` and bare uuids, Claude Code's session uuids and 17-hex agent ids: the prefix and
+# 8 hex digits tell them apart.
 _HEX_ID = re.compile(r"\A((?:session-|agent-)?[0-9a-f]{8})[0-9a-f-]{4,}\Z", re.I)
 
 
+def _short(agent_id: str, width: int) -> str:
+    parts = [_HEX_ID.match(p) for p in agent_id.split("/")]
+    if all(parts):  # a Claude Code subagent, `<session>/<agent>`: each part a hex prefix, `width` in all
+        return "/".join(m.group(1) for m in parts if m)[:width]
+    return agent_id if len(agent_id) <= width else agent_id[: width - 1] + "…"
+
+
 def short_ids(ids: Iterable[str], width: int = 16) -> dict[str, str]:
-    """Display names for agent ids: a hex id (a UUID, `session-<uuid>`, `agent-<hex>`) shows its first 8 hex
-    digits, like a short git hash; another long id is cut with `…`. Where two would look alike, both keep their
+    """Display names for agent ids: a hex id (a UUID, `session-<uuid>`, a Claude Code agent id) shows its
+    first 8 hex digits, like a short git hash, and `<session>/<agent>` both parts so, cut to `width`
+    (`5b8e2c1d/a972903`); another long id is cut with `…`. Where two would look alike, both keep their
     full id."""
     ids = list(dict.fromkeys(ids))
-    out = {}
-    for i in ids:
-        m = _HEX_ID.match(i)
-        out[i] = m.group(1) if m else (i if len(i) <= width else i[: width - 1] + "…")
+    out = {i: _short(i, width) for i in ids}
     shown: dict[str, list[str]] = {}
     for i, s in out.items():
         shown.setdefault(s, []).append(i)
@@ -304,7 +310,7 @@ def short_ids(ids: Iterable[str], width: int = 16) -> dict[str, str]:
         if len(same) > 1:
             for i in same:
                 out[i] = i
-    return {i: plain(s) for i, s in out.items()}
+    return {i: printable(s) for i, s in out.items()}
 
 
 def _n(value: int) -> str:
@@ -323,7 +329,7 @@ def _config_line(config: Config, origin: str) -> str:
             parts.append(f"{key} [{', '.join(changed[key])}]")
     if not config.enabled:
         parts.append("enabled false (the guard allows everything)")
-    return plain("config: " + ", ".join(parts)) + "\n" + plain(f"  from: {origin}")
+    return printable("config: " + ", ".join(parts)) + "\n" + printable(f"  from: {origin}")
 
 
 def render_table(result: Replay, origin: str = "built-in defaults") -> str:
@@ -363,12 +369,12 @@ def render_table(result: Replay, origin: str = "built-in defaults") -> str:
             d = r.first_deny
             after = f", {duration(d.after)} in" if d.after is not None else ""
             lines.append(f"{name}: first deny at call {_n(d.index)}{after}: {d.kind} {d.count}/{d.limit}")
-            lines.append(pad + plain(preview(d.tool, d.args, WIDTH - len(pad))))
+            lines.append(pad + printable(preview(d.tool, d.args, WIDTH - len(pad))))
             kinds = f" ({', '.join(f'{k} {_n(v)}' for k, v in sorted(r.denied_by_kind.items()))})"
             lines.append(f"{pad}would have denied {_n(r.denied)} of {_n(r.calls)} calls{kinds}")
         if r.worst > 1:
             text = f"{pad}worst repetition {_n(r.worst)}x: "
-            lines.append(text + plain(preview(r.worst_tool, r.worst_args, WIDTH - len(text))))
+            lines.append(text + printable(preview(r.worst_tool, r.worst_args, WIDTH - len(text))))
     total_denied = sum(1 for r in rows if r.first_deny is not None)
     lines += [
         "",
@@ -450,17 +456,17 @@ def render_verdicts(result: Replay) -> Iterable[str]:
 
 def render_problems(reading: Reading, notes: Sequence[str] = (), per_file: int = 10) -> str:
     """Warnings, then the skipped lines with their numbers (at most `per_file` listed per file)."""
-    lines = [f"cbreplay: note: {plain(n)}" for n in notes]
-    lines += [f"cbreplay: warning: {plain(w)}" for w in reading.warnings]
+    lines = [f"cbreplay: note: {printable(n)}" for n in notes]
+    lines += [f"cbreplay: warning: {printable(w)}" for w in reading.warnings]
     if reading.skipped_count:
         lines.append(f"cbreplay: skipped {_n(reading.skipped_count)} malformed line(s):")
         by_file: dict[str, list[str]] = {}
         for s in reading.skipped:
             by_file.setdefault(s.source, []).append(f"line {s.line}: {s.reason}")
         for source, items in by_file.items():
-            lines += [f"  {plain(source)}: {plain(i)}" for i in items[:per_file]]
+            lines += [f"  {printable(source)}: {printable(i)}" for i in items[:per_file]]
             if len(items) > per_file:
-                lines.append(f"  {plain(source)}: … and {len(items) - per_file} more")
+                lines.append(f"  {printable(source)}: … and {len(items) - per_file} more")
         if reading.skipped_count > len(reading.skipped):
             lines.append(f"  … and {reading.skipped_count - len(reading.skipped)} more not listed")
     return "\n".join(lines) + ("\n" if lines else "")
@@ -476,7 +482,13 @@ def _parser() -> argparse.ArgumentParser:
         "calls, searches, worst repetition, failed calls) and where the breaker would have denied.",
     )
     p.add_argument("paths", nargs="+", metavar="PATH", help="transcript files, dsh session directories or trees")
-    p.add_argument("--format", choices=FORMATS, help="read every file as this format (default: detect from content)")
+    p.add_argument(
+        "--format",
+        choices=[*FORMATS, *FORMAT_ALIASES],
+        metavar="{" + ",".join(FORMATS) + "}",
+        help="read every file as this format, named after the harness that writes it (default: detect from "
+        "content; claude and gemini are accepted for claude-code and gemini-cli)",
+    )
     p.add_argument("--patch", action="append", default=[], metavar="FILE", help="a cordis patch layer (repeatable)")
     p.add_argument("--profile", metavar="NAME", help="the dsh profile whose patch layer to read ($DSH_HOME)")
     p.add_argument(
@@ -502,8 +514,10 @@ MAX_GAP = 5.0  # a longer pause in a transcript is shortened to this, so a repla
 def feed(reading: Reading, socket_path: str | None, speed: float, out: Any = sys.stderr) -> tuple[int, int, int]:
     """Send every call to the live guard as its agent would have, paced by the recorded times / `speed`.
 
-    Calls are sent in time order (interleaving agents as they ran); a call without a time follows the
-    one before it. Returns (sent, denied, not checked because the guard was unreachable).
+    Each check names the agent's harness (`claude-code` for a Claude Code transcript: the name cbhook
+    gives it live) and its parent; calls JSONL names no harness, so the guard takes the connection's
+    (`cbreplay`). Calls are sent in time order (interleaving agents as they ran); a call without a
+    time follows the one before it. Returns (sent, denied, not checked because the guard was unavailable).
     """
     from breaker.client import GuardClient  # only the feed needs a socket
 
@@ -526,7 +540,10 @@ def feed(reading: Reading, socket_path: str | None, speed: float, out: Any = sys
             if delay > 0:
                 time.sleep(delay)
         agent = reading.agents.get(call.agent)
-        extra = {"harness": agent.format if agent else "cbreplay"}
+        extra: dict[str, str] = {}
+        harness = harness_of(agent.format) if agent is not None else None
+        if harness is not None:
+            extra["harness"] = harness
         if agent is not None and agent.parent:
             extra["parent"] = agent.parent
         decision = client.check(call.agent, call.tool, call.args, **extra)
@@ -550,12 +567,12 @@ def _main(argv: Sequence[str] | None) -> int:
     try:
         config, origin, notes = load_config(args.patch, args.profile, args.set)
     except ConfigError as exc:
-        print(f"cbreplay: error: bad config: {plain(str(exc))}", file=sys.stderr)
+        print(f"cbreplay: error: bad config: {printable(str(exc))}", file=sys.stderr)
         return 2
     try:
         reading = read(args.paths, args.format)
     except TranscriptError as exc:
-        print(f"cbreplay: error: {plain(str(exc))}", file=sys.stderr)
+        print(f"cbreplay: error: {printable(str(exc))}", file=sys.stderr)
         return 2
     if args.feed:
         if args.speed < 0:

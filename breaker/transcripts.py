@@ -1,4 +1,8 @@
-"""Transcript readers: dsh sessions, Claude Code, Codex, Gemini CLI and plain calls JSONL, as calls per agent."""
+"""Transcript readers: dsh sessions, Claude Code, Codex, Gemini CLI and plain calls JSONL, as calls per agent.
+
+A transcript's format is named after the harness that writes it (`claude-code`, `gemini-cli`, ...), and
+an agent gets the id that harness's adapter gives it live, so an agent has one id live and in replay.
+"""
 
 from __future__ import annotations
 
@@ -16,17 +20,22 @@ import zstandard
 
 __all__ = [
     "FORMATS",
+    "FORMAT_ALIASES",
     "Agent",
-    "Call",
     "Reading",
+    "RecordedCall",
     "Skip",
     "TranscriptError",
     "decompress",
     "detect",
+    "format_name",
+    "harness_of",
     "read",
 ]
 
-FORMATS = ("dsh", "claude", "codex", "gemini", "calls")
+# The formats, each named after the harness that writes it; `calls` is ours (one call per line).
+FORMATS = ("dsh", "claude-code", "codex", "gemini-cli", "calls")
+FORMAT_ALIASES = {"claude": "claude-code", "gemini": "gemini-cli"}  # the names before harness names were used
 _ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 _DETECT_LINES = 50  # objects looked at to tell a format (Claude files may open with bookkeeping lines)
 _SKIPS_KEPT = 1000  # malformed lines listed individually; beyond that only counted
@@ -36,8 +45,20 @@ class TranscriptError(Exception):
     """A path cannot be read as a transcript: which path, and why."""
 
 
-class Call(NamedTuple):
-    """One tool call, in input order: who made it, which tool, its args, when (seconds, or None)."""
+def format_name(name: str) -> str | None:
+    """The format called `name` (a format, or an older alias such as `claude`); None if there is none."""
+    name = FORMAT_ALIASES.get(name, name)
+    return name if name in FORMATS else None
+
+
+def harness_of(fmt: str) -> str | None:
+    """The harness whose transcripts are in format `fmt`; None for calls JSONL, which no harness writes."""
+    return None if fmt == "calls" else fmt
+
+
+class RecordedCall(NamedTuple):
+    """One tool call read from a transcript, in input order: who made it, which tool, its args, when
+    (seconds, or None)."""
 
     agent: str
     tool: str
@@ -84,7 +105,7 @@ class Skip:
 class Reading:
     """Everything read from the paths: the calls in input order, the agents, and what went wrong on the way."""
 
-    calls: list[Call] = field(default_factory=list)
+    calls: list[RecordedCall] = field(default_factory=list)
     agents: dict[str, Agent] = field(default_factory=dict)
     skipped: list[Skip] = field(default_factory=list)
     skipped_count: int = 0
@@ -114,7 +135,7 @@ class Reading:
     def add(self, agent: Agent, tool: str, args: Any, t: float | None) -> None:
         agent.calls += 1
         agent.seen(t)
-        self.calls.append(Call(agent.id, tool, args, t))
+        self.calls.append(RecordedCall(agent.id, tool, args, t))
 
 
 # -- bytes ----------------------------------------------------------------------------------------
@@ -259,11 +280,11 @@ def _kind(obj: Any) -> str | None:
     if typ in _CODEX_TYPES and "payload" in obj:
         return "codex"
     if typ in _CLAUDE_TYPES and ("sessionId" in obj or "uuid" in obj or typ in ("summary", "file-history-snapshot")):
-        return "claude"
+        return "claude-code"
     if "agent" in obj and "tool" in obj:
         return "calls"
     if "sessionId" in obj and "projectHash" in obj:  # a Gemini CLI chat: JSONL header, or a whole JSON document
-        return "gemini"
+        return "gemini-cli"
     return None
 
 
@@ -361,25 +382,39 @@ def _dsh_failed(data: Any) -> bool:
 _CLAUDE_AGENT_FILE = re.compile(r"agent-(.+)\.jsonl\Z")
 
 
+def _claude_subagent(session: str, agent_id: str) -> str:
+    """A subagent's id as cbhook sends it live (breaker.hook.subagent_id, a floor above; the test
+    test_a_claude_code_subagent_has_one_id_live_and_in_replay keeps them equal on a real recording)."""
+    return f"{session}/{agent_id}"
+
+
 def _read_claude(objs: list[tuple[int, Any]], source: str, path: Path, reading: Reading) -> None:
+    """A Claude Code session file, or one of its `<session>/subagents/agent-<id>.jsonl` files.
+
+    The main agent is the session id; a subagent is `<session id>/<agent id>` with the session as its
+    parent, as cbhook names them from the hooks' `session_id` and `agent_id`. A subagent file's lines
+    carry both (`sessionId`, `agentId`); its name and directory stand in when they do not.
+    """
     session = next((o["sessionId"] for _, o in objs if isinstance(o, dict) and isinstance(o.get("sessionId"), str)), "")
     file_agent = _CLAUDE_AGENT_FILE.match(path.name)
+    if file_agent and not session and path.parent.name == "subagents":
+        session = path.parent.parent.name
     main_id = session or path.stem
     seen_ids: set[str] = set()
     agents: dict[str, Agent] = {}
-    fallback = f"agent-{file_agent.group(1)}" if file_agent else main_id
+    fallback: tuple[str, str | None] = (main_id, None)
+    if file_agent:  # with no session to be found, only the file's own name is left (no hook sent such an id)
+        fallback = (_claude_subagent(session, file_agent.group(1)), session) if session else (path.stem, None)
 
     def agent_for(obj: dict[str, Any]) -> Agent:
         sub = obj.get("agentId")
-        if isinstance(sub, str) and sub and (obj.get("isSidechain") or file_agent):
-            name, parent = f"agent-{sub}", (session or None)
-        elif file_agent:
-            name, parent = fallback, (session or None)
+        if isinstance(sub, str) and sub and (obj.get("isSidechain") or file_agent) and (session or not file_agent):
+            name, parent = _claude_subagent(main_id, sub), main_id
         else:
-            name, parent = main_id, None
+            name, parent = fallback
         found = agents.get(name)
         if found is None:
-            found = agents[name] = reading.agent(name, parent, "claude", source)
+            found = agents[name] = reading.agent(name, parent, "claude-code", source)
         return found
 
     for n, obj in objs:
@@ -510,7 +545,7 @@ def _read_gemini(objs: list[tuple[int, Any]], source: str, path: Path, reading: 
                     messages[msg.get("id") if isinstance(msg.get("id"), str) else ("line", n, k)] = (n, msg)
             else:
                 header[key] = value
-    agent = reading.agent(str(header.get("sessionId") or path.stem), None, "gemini", source)
+    agent = reading.agent(str(header.get("sessionId") or path.stem), None, "gemini-cli", source)
     agent.seen(_iso(header.get("startTime")))
     for n, msg in messages.values():
         t = _iso(msg.get("timestamp"))
@@ -570,7 +605,8 @@ def _read_bytes(path: Path) -> bytes:
 
 
 def read_file(path: Path, reading: Reading, fmt: str | None = None, *, strict: bool = True) -> str | None:
-    """Read one transcript file into `reading`; returns its format.
+    """Read one transcript file into `reading` as format `fmt` (one of FORMATS; None: detect it);
+    returns its format.
 
     An unknown format raises TranscriptError when `strict` (a file the user named), else the file
     is passed over and None returned (a file met while walking a directory).
@@ -587,17 +623,17 @@ def read_file(path: Path, reading: Reading, fmt: str | None = None, *, strict: b
             torn = True
     if data.startswith(b"\xef\xbb\xbf"):
         data = data[3:]
-    if fmt in ("gemini", None) and _whole_document(data):
+    if fmt in ("gemini-cli", None) and _whole_document(data):
         try:
             doc = orjson.loads(data)
         except orjson.JSONDecodeError:
             doc = None
-        if fmt == "gemini" or _kind(doc) == "gemini":
+        if fmt == "gemini-cli" or _kind(doc) == "gemini-cli":
             if not isinstance(doc, dict):
                 raise TranscriptError(f"{source}: not a Gemini CLI chat (neither one JSON object nor JSON lines)")
             _read_gemini([(1, doc)], source, path, reading)
-            reading.files.append((source, "gemini"))
-            return "gemini"
+            reading.files.append((source, "gemini-cli"))
+            return "gemini-cli"
     rows = _lines(data)
     head = []
     for _, line in rows[:_DETECT_LINES]:
@@ -638,9 +674,9 @@ def _whole_document(data: bytes) -> bool:
 
 _READERS = {
     "dsh": _read_dsh,
-    "claude": _read_claude,
+    "claude-code": _read_claude,
     "codex": _read_codex,
-    "gemini": _read_gemini,
+    "gemini-cli": _read_gemini,
     "calls": _read_calls,
 }
 
@@ -663,7 +699,8 @@ def _claude_subagents(path: Path) -> list[Path]:
 
 
 def read(paths: Iterable[str | os.PathLike[str]], fmt: str | None = None) -> Reading:
-    """Read every path (files, session directories, whole trees) into one Reading. Raises TranscriptError."""
+    """Read every path (files, session directories, whole trees) into one Reading, each file as format
+    `fmt` (a name of FORMATS or FORMAT_ALIASES; None: detect each). Raises TranscriptError."""
     # Parsing builds many small objects and no cycles: the cyclic collector would only rescan them
     # (a third of the reading time, measured); it runs again as soon as the reading is done.
     was_enabled = gc.isenabled()
@@ -676,8 +713,11 @@ def read(paths: Iterable[str | os.PathLike[str]], fmt: str | None = None) -> Rea
 
 
 def _read(paths: Iterable[str | os.PathLike[str]], fmt: str | None) -> Reading:
-    if fmt is not None and fmt not in FORMATS:
-        raise TranscriptError(f"unknown format {fmt!r}; expected one of {', '.join(FORMATS)}")
+    if fmt is not None:
+        name = format_name(fmt)
+        if name is None:
+            raise TranscriptError(f"unknown format {fmt!r}; expected one of {', '.join(FORMATS)}")
+        fmt = name
     reading = Reading()
     done: set[Path] = set()
     passed_over = 0
@@ -705,11 +745,11 @@ def _read(paths: Iterable[str | os.PathLike[str]], fmt: str | None) -> Reading:
             continue
         done.add(real)
         kind = read_file(path, reading, fmt)
-        if kind == "claude":
+        if kind == "claude-code":
             for sub in _claude_subagents(path):
                 if sub.resolve() not in done:
                     done.add(sub.resolve())
-                    read_file(sub, reading, "claude")
+                    read_file(sub, reading, "claude-code")
     if passed_over:
         reading.warnings.append(f"passed over {passed_over} file(s) in the directories given: not transcripts")
     if not reading.files:

@@ -1,4 +1,4 @@
-"""`cbhook`: dialect detection for every harness, each harness's deny, the lifecycle events, and what it
+"""`cbhook`: harness detection for every harness, each harness's deny, the lifecycle events, and what it
 does with an unreachable guard and with garbage, empty and huge stdin. The pure parts are checked in
 process; everything that talks to a guard runs the real `cbhook` command against a real guard process.
 """
@@ -20,7 +20,7 @@ import pytest
 from breaker import hook
 from breaker.hook import answer, detect, parse_event
 from breaker.paths import default_operator_socket_path
-from breaker.protocol import MAX_FRAME
+from breaker.wire import MAX_FRAME
 from tests.conftest import request
 from tests.test_paths import (
     HOSTILE,
@@ -39,9 +39,13 @@ SAMPLES = ROOT / "tests" / "e2e" / "samples"
 CBHOOK = Path(sys.executable).with_name("cbhook")
 
 
+# The recorded samples' files are named by tests/e2e's short labels; cbhook uses the harness names.
+SAMPLE_FILES = {"claude-code": "claude", "codex": "codex", "gemini-cli": "gemini"}
+
+
 def samples(harness: str) -> list[dict[str, Any]]:
     """Hook payloads recorded from the real harness (the stand-in's own `_` keys removed)."""
-    lines = (SAMPLES / f"{harness}-hook-stdin.jsonl").read_text().splitlines()
+    lines = (SAMPLES / f"{SAMPLE_FILES[harness]}-hook-stdin.jsonl").read_text().splitlines()
     return [{k: v for k, v in json.loads(line).items() if not k.startswith("_")} for line in lines]
 
 
@@ -140,7 +144,7 @@ def agent_views(socket_path: Path) -> dict[str, dict[str, Any]]:
 # --- detection (pure) ----------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("harness", ["claude", "codex", "gemini"])
+@pytest.mark.parametrize("harness", list(SAMPLE_FILES))
 def test_every_recorded_tool_payload_is_detected_as_its_harness(harness):
     tool_events = [e for e in samples(harness) if e["hook_event_name"] in ("PreToolUse", "BeforeTool")]
     assert tool_events
@@ -148,17 +152,18 @@ def test_every_recorded_tool_payload_is_detected_as_its_harness(harness):
 
 
 def test_recorded_lifecycle_payloads_end_the_right_agents():
-    claude = samples("claude")
+    claude = samples("claude-code")
     (stop,) = [e for e in claude if e["hook_event_name"] == "SubagentStop"]
     (end,) = [e for e in claude if e["hook_event_name"] == "SessionEnd"]
-    assert detect(stop) == "claude" and parse_event("claude", stop)[0] == "end"
-    assert parse_event("claude", stop)[1].agent == f"{stop['session_id']}/{stop['agent_id']}"
-    assert parse_event("claude", end)[1].agent == end["session_id"]
-    (gemini_end,) = [e for e in samples("gemini") if e["hook_event_name"] == "SessionEnd"]
-    assert detect(gemini_end) == "gemini" and parse_event("gemini", gemini_end)[1].agent == gemini_end["session_id"]
+    assert detect(stop) == "claude-code" and parse_event("claude-code", stop)[0] == "end"
+    assert parse_event("claude-code", stop)[1].agent == f"{stop['session_id']}/{stop['agent_id']}"
+    assert parse_event("claude-code", end)[1].agent == end["session_id"]
+    (gemini_end,) = [e for e in samples("gemini-cli") if e["hook_event_name"] == "SessionEnd"]
+    assert detect(gemini_end) == "gemini-cli"
+    assert parse_event("gemini-cli", gemini_end)[1].agent == gemini_end["session_id"]
 
 
-@pytest.mark.parametrize("harness", ["claude", "codex", "gemini"])
+@pytest.mark.parametrize("harness", list(SAMPLE_FILES))
 def test_recorded_events_that_are_not_tool_calls_or_ends_are_ignored(harness):
     for event in samples(harness):
         if event["hook_event_name"] in ("Stop", "SubagentStart", "SessionStart", "AfterAgent"):
@@ -166,11 +171,11 @@ def test_recorded_events_that_are_not_tool_calls_or_ends_are_ignored(harness):
 
 
 def test_claude_subagent_calls_are_keyed_by_session_and_agent_id_with_the_session_as_parent():
-    (sub,) = [e for e in samples("claude") if e["hook_event_name"] == "PreToolUse" and "agent_id" in e][:1]
-    action, call = parse_event("claude", sub)
+    (sub,) = [e for e in samples("claude-code") if e["hook_event_name"] == "PreToolUse" and "agent_id" in e][:1]
+    action, call = parse_event("claude-code", sub)
     assert action == "check" and call is not None
     assert call.agent == f"{sub['session_id']}/{sub['agent_id']}" and call.parent == sub["session_id"]
-    main_call = parse_event("claude", claude_pre("s-9"))[1]
+    main_call = parse_event("claude-code", claude_pre("s-9"))[1]
     assert main_call is not None and (main_call.agent, main_call.parent) == ("s-9", None)
     assert (main_call.tool, main_call.args["command"], main_call.call_id) == ("Bash", "echo cbprobe4", "toolu_1")
 
@@ -198,7 +203,7 @@ def test_dsh_bridge_payloads_are_told_apart_from_claude_code_and_keyed_by_the_ds
 
 def test_codex_gemini_and_cursor_calls_are_keyed_by_their_session_or_conversation():
     assert parse_event("codex", codex_pre("c-7"))[1].agent == "c-7"
-    assert parse_event("gemini", gemini_before("g-7"))[1].agent == "g-7"
+    assert parse_event("gemini-cli", gemini_before("g-7"))[1].agent == "g-7"
     shell = parse_event("cursor", cursor_shell("conv-7", "ls -la"))[1]
     assert (shell.agent, shell.tool, shell.args) == ("conv-7", "Shell", {"command": "ls -la", "cwd": "/w"})
 
@@ -223,16 +228,16 @@ def test_cursor_mcp_arguments_sent_as_a_json_string_are_compared_as_json():
     ids=["empty", "number-event", "no-event", "no-session"],
 )
 def test_payloads_without_an_event_name_or_ids_are_not_judged(event):
-    dialect = detect(event)
-    if dialect is not None:
-        assert parse_event(dialect, event) in (("check", None), ("ignore", None))
+    harness = detect(event)
+    if harness is not None:
+        assert parse_event(harness, event) in (("check", None), ("ignore", None))
 
 
 # --- each harness's words (pure) -----------------------------------------------------------------
 
 
 def test_claude_deny_is_a_pretooluse_permission_decision():
-    assert answer("claude", "PreToolUse", "R") == {
+    assert answer("claude-code", "PreToolUse", "R") == {
         "hookSpecificOutput": {
             "hookEventName": "PreToolUse",
             "permissionDecision": "deny",
@@ -242,17 +247,17 @@ def test_claude_deny_is_a_pretooluse_permission_decision():
 
 
 def test_an_interrupted_claude_agent_gets_continue_false_with_the_deny():
-    out = answer("claude", "PreToolUse", "R", stop=True)
+    out = answer("claude-code", "PreToolUse", "R", stop=True)
     assert out["continue"] is False and out["stopReason"] == "R"
     assert out["hookSpecificOutput"]["permissionDecision"] == "deny"  # `continue: false` alone lets the call run
 
 
 def test_codex_gets_the_claude_deny_and_never_an_unknown_field():
-    assert answer("codex", "PreToolUse", "R", stop=True) == answer("claude", "PreToolUse", "R")
+    assert answer("codex", "PreToolUse", "R", stop=True) == answer("claude-code", "PreToolUse", "R")
 
 
 def test_gemini_and_cursor_denies_are_their_own():
-    assert answer("gemini", "BeforeTool", "R") == {"decision": "deny", "reason": "R"}
+    assert answer("gemini-cli", "BeforeTool", "R") == {"decision": "deny", "reason": "R"}
     assert answer("cursor", "beforeShellExecution", "R") == {
         "permission": "deny",
         "user_message": "R",
@@ -289,16 +294,13 @@ def test_default_socket_path_is_the_one_breaker_paths_computes(env, tmp_path):
         assert ours == f"/tmp/cbconsole-{os.getuid()}/guard.sock"
 
 
-def test_the_frame_limit_is_the_guards():
-    assert hook.MAX_FRAME == MAX_FRAME
-
-
 # What cbhook may load beyond Python's start-up: `time` and `_socket` are C modules; breaker.paths
-# keeps pathlib and tempfile out of its top.
+# keeps pathlib and tempfile out of its top; breaker.wire (the framing) imports nothing.
 HOOK_MODULES = {
     "breaker",
     "breaker.hook",
     "breaker.paths",
+    "breaker.wire",
     "_socket",
     "time",
     "json",
@@ -365,13 +367,26 @@ def test_each_harness_gets_its_own_deny_from_a_real_guard(guard_factory, payload
     assert "continue" not in out
 
 
-def test_harness_flag_forces_the_dialect(guard_factory):
+@pytest.mark.parametrize("name", ["claude-code", "claude", "Claude"])
+def test_harness_flag_forces_the_harness_and_its_old_alias_names_the_same_one(guard_factory, name):
     g = guard_factory(patch_text=DENYING_LAYER)
     payload = dsh_bridge_pre()  # detected as dsh's bridge on its own
-    cbhook(payload, "--harness", "claude", socket_path=g.socket)
-    out = stdout_json(cbhook(payload, "--harness", "claude", socket_path=g.socket))
+    cbhook(payload, "--harness", name, socket_path=g.socket)
+    out = stdout_json(cbhook(payload, "--harness", name, socket_path=g.socket))
     assert out["hookSpecificOutput"]["permissionDecision"] == "deny"
     assert agent_views(g.socket)[payload["session_id"]]["harness"] == "claude-code"
+
+
+def test_every_harness_is_sent_to_the_guard_by_its_one_name():
+    from breaker.hook import HARNESSES, TOOL_EVENTS, _frame
+
+    assert set(HARNESSES.values()) == set(TOOL_EVENTS) == {"claude-code", "codex", "gemini-cli", "cursor", "dsh"}
+    assert HARNESSES["claude"] == "claude-code" and HARNESSES["gemini"] == "gemini-cli"
+    for payload in (claude_pre(), codex_pre(), gemini_before(), dsh_bridge_pre(), cursor_shell()):
+        harness = detect(payload)
+        assert harness in TOOL_EVENTS
+        request = parse_event(harness, payload)[1]
+        assert json.loads(_frame("check", request, harness))["harness"] == harness
 
 
 def test_interrupted_claude_agent_is_denied_with_continue_false_and_its_subagent_too(guard):
@@ -467,7 +482,51 @@ def test_a_guard_that_never_answers_costs_the_timeout_then_fails_open(tmp_path):
     assert took < 10  # bounded by --timeout, not by the harness's own hook timeout
 
 
-def test_a_peer_that_answers_garbage_is_treated_as_unreachable(tmp_path):
+def one_shot_peer(path: Path, *sends: bytes) -> socket.socket:
+    """A listener on `path` that takes one connection, reads the request, and writes `sends` one by one."""
+    server = socket.socket(socket.AF_UNIX)
+    server.bind(str(path))
+    server.listen(8)
+
+    def serve() -> None:
+        conn, _ = server.accept()
+        with conn:
+            try:
+                conn.recv(65536)
+                for data in sends:
+                    conn.sendall(data)
+                    time.sleep(0.05)  # each part its own read on cbhook's side
+                conn.recv(1)  # until cbhook closes
+            except OSError:  # cbhook gave up first (EPIPE): what some tests expect
+                pass
+
+    threading.Thread(target=serve, daemon=True).start()
+    return server
+
+
+def test_a_reply_split_across_reads_after_an_event_is_found_by_its_id(tmp_path):
+    reply = json.dumps({"id": 1, "decision": "deny", "kind": "duplicate", "reason": "R-split"}).encode() + b"\n"
+    event = json.dumps({"event": "interrupt", "agent": "other", "reason": "x"}).encode() + b"\n"
+    stray = json.dumps({"id": 7, "decision": "allow"}).encode() + b"\n"  # another request's reply
+    server = one_shot_peer(tmp_path / "split.sock", event + stray + reply[:9], reply[9:30], reply[30:])
+    try:
+        out = stdout_json(cbhook(claude_pre(), socket_path=tmp_path / "split.sock"))
+    finally:
+        server.close()
+    assert out["hookSpecificOutput"]["permissionDecisionReason"] == "R-split"
+
+
+def test_an_oversized_reply_makes_the_guard_unavailable(tmp_path):
+    server = one_shot_peer(tmp_path / "big.sock", b"[" + b" " * hook.MAX_REPLY, b"]\n")
+    try:
+        result = cbhook(claude_pre(), "--fail-closed", socket_path=tmp_path / "big.sock")
+    finally:
+        server.close()
+    reason = stdout_json(result)["hookSpecificOutput"]["permissionDecisionReason"]
+    assert reason.startswith("Circuit breaker unreachable (the guard at ") and "oversized reply" in reason
+
+
+def test_a_peer_that_answers_garbage_makes_the_guard_unavailable(tmp_path):
     path = tmp_path / "junk.sock"
     server = socket.socket(socket.AF_UNIX)
     server.bind(str(path))
@@ -623,7 +682,7 @@ def test_garbage_with_fail_closed_and_no_known_harness_blocks_by_exit_2(data, tm
 
 
 def test_garbage_with_fail_closed_and_a_named_harness_gets_that_harnesses_deny(tmp_path):
-    out = stdout_json(cbhook(b"garbage", "--fail-closed", "--harness", "gemini", socket_path=tmp_path / "x.sock"))
+    out = stdout_json(cbhook(b"garbage", "--fail-closed", "--harness", "gemini-cli", socket_path=tmp_path / "x.sock"))
     assert out["decision"] == "deny" and "could not judge" in out["reason"]
 
 

@@ -1,4 +1,5 @@
-"""The incident log: the seed's line shape, first deny per kind per agent, fail-open writes, whole lines."""
+"""The incident log: the seed's line shape, first deny per kind per agent, fail-open writes, whole lines;
+the queued writer the guard uses: in order, bounded, never blocking the caller, drained on close."""
 
 from __future__ import annotations
 
@@ -7,11 +8,22 @@ import multiprocessing
 import os
 import re
 import stat
+import threading
+import time
+from collections.abc import Callable
 
 import pytest
 
 from breaker import Config, Guard, IncidentLog
-from breaker.incidents import incident_line
+from breaker.incidents import QueuedIncidentLog, incident_line
+from tests.conftest import request
+
+
+def wait_until(predicate: Callable[[], bool], timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "never happened"
+        time.sleep(0.02)
 
 
 def test_line_has_the_seeds_exact_shape_and_key_order():
@@ -100,15 +112,19 @@ def test_an_on_error_callback_that_raises_is_contained(tmp_path):
     assert log.record(kind="cap", tool="t", count=1, limit=1, agent="a") is False
 
 
-def test_decisions_are_unaffected_by_a_broken_log(tmp_path):
-    g = Guard(Config(duplicate_limit=2))
-    log = IncidentLog("/proc/definitely/not/writable")
-    verdicts = []
-    for _ in range(4):
-        v = g.check("a", "t", {})
-        log.record_verdict("a", "t", v)
-        verdicts.append(v.allowed)
-    assert verdicts == [True, True, False, False]
+def test_a_guard_whose_incident_log_cannot_be_written_still_decides_and_says_why(guard_factory, tmp_path):
+    # The log is the guard's to write (the engine never touches it): a path that is a directory
+    # fails every write, and the server must neither change a decision nor stop serving.
+    g = guard_factory(patch_text=f"- id: circuit-breaker\n  config:\n    incidentLog: {tmp_path}\n")
+    decisions = []
+    for i in range(8):
+        reply = request(g.socket, {"op": "check", "id": i, "agent": "a", "tool": "t", "args": {}})
+        decisions.append(reply["decision"])
+    assert decisions == ["allow"] * 6 + ["deny"] * 2
+    wait_until(
+        lambda: "Is a directory" in (request(g.operator, {"op": "stats", "id": 1})["stats"]["incident_log_error"] or "")
+    )
+    assert request(g.socket, {"op": "ping", "id": 9})["pong"]
 
 
 def test_untrusted_strings_are_escaped_json_and_huge_ones_clipped(tmp_path):
@@ -142,3 +158,81 @@ def test_lines_stay_whole_with_concurrent_writer_processes(tmp_path):
     assert len(records) == 8 * 400
     assert {r["agent"] for r in records} == {f"w{w}-{i}" for w in range(8) for i in range(400)}
     assert all(re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", r["time"]) for r in records)
+
+
+# -- QueuedIncidentLog: the writer thread the guard uses ----------------------------------------------
+
+
+def record(log: QueuedIncidentLog | IncidentLog, n: int) -> bool:
+    return log.record(kind="duplicate", tool="t", count=n, limit=6, agent=f"a{n}", when=0)
+
+
+def written(path) -> list[int]:
+    return [json.loads(line)["count"] for line in path.read_text().splitlines()]
+
+
+def slowed(log: QueuedIncidentLog, gate: threading.Event | None = None, delay: float = 0.0) -> list[int]:
+    """Make the writer thread wait on `gate` (or sleep `delay`) before each line; returns the counts it took."""
+    write, taken = log.log.record, []
+
+    def slow(**fields):
+        taken.append(fields["count"])
+        if gate is not None:
+            gate.wait(10)
+        time.sleep(delay)
+        return write(**fields)
+
+    log.log.record = slow  # type: ignore[method-assign]
+    return taken
+
+
+def test_queued_lines_arrive_in_order_and_close_writes_what_is_still_queued(tmp_path):
+    path = tmp_path / "inc.jsonl"
+    log = QueuedIncidentLog(path)
+    slowed(log, delay=0.002)  # the thread stays behind the caller: most lines are still queued at close()
+    assert all(record(log, n) for n in range(200))
+    log.close(timeout=10)
+    assert written(path) == list(range(200)) and log.dropped == 0
+
+
+def test_a_full_queue_drops_lines_counts_them_and_says_so_once(tmp_path):
+    path, errors, gate = tmp_path / "inc.jsonl", [], threading.Event()
+    log = QueuedIncidentLog(path, on_error=errors.append, size=3)
+    taken = slowed(log, gate)
+    assert record(log, 0)
+    wait_until(lambda: taken == [0])  # the thread holds line 0: the queue is empty again
+    assert [record(log, n) for n in range(1, 7)] == [True, True, True, False, False, False]
+    assert log.dropped == 3 and len(errors) == 1 and "not keeping up (3 lines waiting)" in errors[0]
+    gate.set()
+    log.close(timeout=10)
+    assert written(path) == [0, 1, 2, 3]
+
+
+def test_a_fifo_with_no_reader_fails_each_line_at_once_and_never_blocks(tmp_path):
+    fifo = tmp_path / "inc.fifo"
+    os.mkfifo(fifo)
+    errors: list[str] = []
+    log = QueuedIncidentLog(fifo, on_error=errors.append)
+    start = time.monotonic()
+    assert all(record(log, n) for n in range(50))  # queued: the caller never waits for the file
+    log.close(timeout=5)
+    assert not log._thread.is_alive(), "the writer is stuck opening the FIFO (O_NONBLOCK lost?)"
+    assert time.monotonic() - start < 5
+    assert log.log.failed == 50 and log.dropped == 0
+    assert len(errors) == 1 and "No such device or address" in errors[0] and str(fifo) in errors[0]
+
+
+def test_a_line_goes_to_the_path_in_force_when_it_was_recorded_and_empty_turns_the_log_off(tmp_path):
+    first, second, gate = tmp_path / "one.jsonl", tmp_path / "two.jsonl", threading.Event()
+    log = QueuedIncidentLog(first)
+    taken = slowed(log, gate)
+    record(log, 0)
+    wait_until(lambda: taken == [0])  # the thread is busy: what follows waits in the queue
+    record(log, 1)
+    log.path = str(second)  # a config reload
+    record(log, 2)
+    log.path = ""
+    assert record(log, 3) is False
+    gate.set()
+    log.close(timeout=10)
+    assert (written(first), written(second)) == ([0, 1], [2])

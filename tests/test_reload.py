@@ -8,6 +8,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import watchfiles
+
 from breaker.patch import PatchSources
 from breaker.reload import ConfigWatcher
 
@@ -63,9 +65,25 @@ def test_a_rename_save_applies(tmp_path):
     assert [c.config.duplicate_limit for c in w.changes] == [6, 3]
 
 
-def test_the_default_debounce_leaves_room_for_the_one_second_target():
-    # watchfiles' own default waits 1.6 s for a quiet period; ours must not.
-    assert ConfigWatcher(PatchSources()).debounce_ms <= 200
+def test_the_watch_waits_for_quiet_far_less_than_watchfiles_default(tmp_path, monkeypatch):
+    # watchfiles' own default waits 1.6 s for a quiet period, more than the one-second target.
+    seen: list[int] = []
+    real = watchfiles.awatch
+
+    def awatch(*paths, **options):
+        seen.append(options.get("debounce", 1600))
+        return real(*paths, **options)
+
+    monkeypatch.setattr(watchfiles, "awatch", awatch)
+    f = tmp_path / "cordis.patch.yml"
+    f.write_text(ROW.format(6))
+
+    async def body(w: ConfigWatcher) -> None:
+        save_like_an_editor(f, ROW.format(3))
+        await until(lambda: w.config.duplicate_limit == 3)
+
+    run(body, PatchSources(patches=(f,)))
+    assert seen and all(ms <= 200 for ms in seen), seen
 
 
 def test_an_in_place_write_applies(tmp_path):

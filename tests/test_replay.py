@@ -309,9 +309,22 @@ def test_claude_session_file_brings_its_subagents_along(tmp_path):
         subagents={"a1b2c3d": [("WebSearch", {"query": "q"})] * 3, "e4f5a6b": [("Read", {"file_path": "/x"})]},
     )
     reading = read([main_path])
-    assert list(reading.agents) == [SESSION, "agent-a1b2c3d", "agent-e4f5a6b"]
-    assert reading.agents["agent-a1b2c3d"].parent == SESSION
-    assert [c.tool for c in reading.calls if c.agent == "agent-a1b2c3d"] == ["WebSearch"] * 3
+    # The ids cbhook gives these agents live: the session, and `<session>/<agent_id>` for a subagent.
+    assert list(reading.agents) == [SESSION, f"{SESSION}/a1b2c3d", f"{SESSION}/e4f5a6b"]
+    assert reading.agents[f"{SESSION}/a1b2c3d"].parent == SESSION
+    assert [c.tool for c in reading.calls if c.agent == f"{SESSION}/a1b2c3d"] == ["WebSearch"] * 3
+    assert {a.format for a in reading.agents.values()} == {"claude-code"}
+
+
+def test_a_claude_subagent_file_read_alone_is_named_by_its_session_directory(tmp_path):
+    write_claude(tmp_path, SESSION, [("Bash", {"command": "ls"})], subagents={"a1b2c3d": [("Read", {})]})
+    sub_file = tmp_path / SESSION / "subagents" / "agent-a1b2c3d.jsonl"
+    lines = [orjson.loads(line) for line in sub_file.read_bytes().splitlines()]
+    for line in lines:  # lines that name neither the session nor the agent
+        line.pop("sessionId", None), line.pop("agentId", None)
+    sub_file.write_bytes(b"\n".join(orjson.dumps(line) for line in lines))
+    (agent,) = read([sub_file]).agents.values()
+    assert (agent.id, agent.parent) == (f"{SESSION}/a1b2c3d", SESSION)
 
 
 def test_claude_project_directory_reads_each_file_once(tmp_path):
@@ -472,6 +485,18 @@ def test_unknown_format_name_is_refused(tmp_path):
         read([tmp_path], "vim")
 
 
+@pytest.mark.parametrize("name", ["claude-code", "claude"])
+def test_format_names_are_the_harness_names_and_the_old_ones_still_work(tmp_path, capsys, name):
+    path = tmp_path / "s.jsonl"
+    path.write_bytes(b"\n".join(claude_lines(SESSION, [("Bash", {"command": "ls"})])))
+    assert read([path], name).files == [(str(path), "claude-code")]
+    code, out, _ = run([path, "--format", name, "--json"], capsys)
+    assert code == 0 and json.loads(out)["files"] == [{"path": str(path), "format": "claude-code"}]
+    with pytest.raises(SystemExit) as exit_:
+        main([str(path), "--format", "vim"])
+    assert exit_.value.code == 2 and "--format {dsh,claude-code,codex,gemini-cli,calls}" in capsys.readouterr().err
+
+
 def test_binary_garbage_does_not_crash(tmp_path, capsys):
     path = tmp_path / "blob.jsonl"
     path.write_bytes(bytes(random.Random(1).randrange(256) for _ in range(4096)))
@@ -620,6 +645,7 @@ def test_untrusted_names_and_args_are_printed_as_plain_text(tmp_path, capsys):
 def test_short_ids_keep_uuids_apart_and_show_full_ids_when_they_would_collide():
     names = short_ids([ROOT_A, SUB_B, "x" * 30, "deadbeef-0000-4000-8000-000000000001", "deadbeef-1111-4000-8000-0"])
     assert names[ROOT_A] == "session-3f1c9a2e" and names[SUB_B] == "7d2e4f6a"
+    assert short_ids([f"{SESSION}/a9729039715f7050c"]) == {f"{SESSION}/a9729039715f7050c": "5b8e2c1d/a972903"}
     assert names["x" * 30] == "x" * 15 + "…"
     clash = short_ids(["deadbeef-0000-4000-8000-000000000001", "deadbeef-1111-4000-8000-000000000002"])
     assert set(clash.values()) == set(clash)

@@ -64,3 +64,20 @@ def test_feed_without_a_guard_says_so_and_fails(tmp_path):
     result = feed(tmp_path / "none.sock")
     assert result.returncode == 1
     assert "14 not checked" in result.stderr and "unreachable" in result.stderr
+
+
+def test_feed_names_each_harness_as_cbhook_does_and_its_subagents_by_their_live_ids(guard, tmp_path):
+    claude = Path(__file__).parent / "fixtures" / "transcripts" / "claude"
+    (main_file,) = sorted(claude.glob("projects/*/*.jsonl"))
+    (sub_file,) = main_file.parent.glob(f"{main_file.stem}/subagents/agent-*.jsonl")
+    calls = tmp_path / "calls.jsonl"
+    calls.write_text('{"agent": "by-hand", "tool": "bash", "args": {}}\n')
+    for path in (claude, calls):
+        assert feed(guard.socket, path=path).returncode == 0
+    agents = {a["agent"]: a for a in request(guard.operator, {"op": "snapshot", "id": 1})["state"]["agents"]}
+    sub_id = f"{main_file.stem}/{sub_file.stem.removeprefix('agent-')}"  # what cbhook sends for this subagent
+    assert {a: (v["harness"], v["parent"]) for a, v in agents.items()} == {
+        main_file.stem: ("claude-code", None),
+        sub_id: ("claude-code", main_file.stem),
+        "by-hand": ("cbreplay", None),  # calls JSONL names no harness: the feeding connection's own
+    }

@@ -14,9 +14,10 @@ from pathlib import Path
 import pytest
 import zstandard
 
-from breaker import Config, Guard
+from breaker import Config, Guard, hook
 from breaker.replay import main, replay
-from breaker.transcripts import _frame_end, read
+from breaker.transcripts import _frame_end, harness_of, read
+from tests.test_hook import SAMPLES, samples
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "transcripts"
 
@@ -135,12 +136,18 @@ def claude_denied_by_harness(path: Path) -> list[int]:
     return [i for i, u in enumerate(uses, 1) if u in failed]
 
 
-def test_real_claude_session_file_brings_its_subagent_linked_to_the_session():
+def claude_files() -> tuple[Path, Path, str]:
+    """The recorded session file, its subagent's file, and the subagent's id as cbhook sends it."""
     (main_file,) = sorted((FIXTURES / "claude" / "projects").glob("*/*.jsonl"))
-    reading = read([main_file])
     (sub_file,) = main_file.parent.glob(f"{main_file.stem}/subagents/agent-*.jsonl")
-    assert list(reading.agents) == [main_file.stem, sub_file.stem]
-    sub = reading.agents[sub_file.stem]
+    return main_file, sub_file, f"{main_file.stem}/{sub_file.stem.removeprefix('agent-')}"
+
+
+def test_real_claude_session_file_brings_its_subagent_linked_to_the_session():
+    main_file, _sub_file, sub_id = claude_files()
+    reading = read([main_file])
+    assert list(reading.agents) == [main_file.stem, sub_id]
+    sub = reading.agents[sub_id]
     assert sub.parent == main_file.stem and sub.failed == 4
     assert [c.tool for c in reading.calls if c.agent == main_file.stem] == ["Agent", "Bash", "Bash", "Bash"]
     assert [c.tool for c in reading.calls if c.agent == sub.id] == ["Bash"] * 10
@@ -148,10 +155,9 @@ def test_real_claude_session_file_brings_its_subagent_linked_to_the_session():
 
 
 def test_real_claude_replay_denies_exactly_the_calls_the_harness_denied(capsys):
-    (main_file,) = sorted((FIXTURES / "claude" / "projects").glob("*/*.jsonl"))
-    (sub_file,) = main_file.parent.glob(f"{main_file.stem}/subagents/agent-*.jsonl")
-    expected = {main_file.stem: claude_denied_by_harness(main_file), sub_file.stem: claude_denied_by_harness(sub_file)}
-    assert expected[sub_file.stem] == [7, 8, 9, 10]
+    main_file, sub_file, sub_id = claude_files()
+    expected = {main_file.stem: claude_denied_by_harness(main_file), sub_id: claude_denied_by_harness(sub_file)}
+    assert expected[sub_id] == [7, 8, 9, 10]
     assert verdicts([FIXTURES / "claude"], capsys) == expected
 
 
@@ -186,14 +192,14 @@ def test_every_real_recording_at_once_is_one_table_within_100_columns(capsys):
     code = main([str(FIXTURES)])
     out, err = capsys.readouterr()
     assert code == 0 and err == ""
-    assert "8 agents, 54 tool calls, from 8 files (claude, codex, dsh, gemini)" in out
+    assert "8 agents, 54 tool calls, from 8 files (claude-code, codex, dsh, gemini-cli)" in out
     assert max(map(len, out.splitlines())) <= 100
     lines = out.splitlines()
     top = next(i for i, line in enumerate(lines) if line.startswith("agent ")) + 2
     agents = [line.split()[0] for line in lines[top : top + 8]]
-    (main_file,) = sorted((FIXTURES / "claude" / "projects").glob("*/*.jsonl"))
-    (sub_file,) = main_file.parent.glob(f"{main_file.stem}/subagents/agent-*.jsonl")
-    assert agents[:2] == [main_file.stem[:8], sub_file.stem[:14]]  # a session's row, then its subagent's
+    main_file, sub_file, _sub_id = claude_files()
+    subagent = sub_file.stem.removeprefix("agent-")
+    assert agents[:2] == [main_file.stem[:8], f"{main_file.stem[:8]}/{subagent[:7]}"]  # a session, then its subagent
 
 
 def test_real_recordings_verdicts_equal_the_engines_own_decisions(capsys):
@@ -208,3 +214,63 @@ def test_real_recordings_verdicts_equal_the_engines_own_decisions(capsys):
     assert main([str(FIXTURES), "--verdicts"]) == 0
     got = [list(json.loads(line).values()) for line in capsys.readouterr().out.splitlines()]
     assert got == expected and len(got) == 54
+
+
+# -- one agent, one id: live (cbhook, the dsh plugin) and in replay --------------------------------
+
+
+def live_calls(harness: str) -> tuple[dict[str, tuple], set[str]]:
+    """What cbhook sends for each agent of a recording, {agent: (harness, parent, [(tool, args)])},
+    and the agents its end events forget. The hook payloads (tests/e2e/samples) were recorded in the
+    same runs as the transcripts in tests/fixtures/transcripts."""
+    agents: dict[str, tuple] = {}
+    ended = set()
+    for event in samples(harness):
+        harness = hook.detect(event)
+        action, request = hook.parse_event(harness, event)
+        if action == "check":
+            agents.setdefault(request.agent, (harness, request.parent, []))[2].append((request.tool, request.args))
+        elif action == "end":
+            ended.add(request.agent)
+    return agents, ended
+
+
+def replayed_calls(paths: list[Path]) -> dict[str, tuple]:
+    """What cbreplay --feed sends for each agent of the same recording, in the same shape."""
+    reading = read(paths)
+    agents: dict[str, tuple] = {}
+    for c in reading.calls:
+        info = reading.agents[c.agent]
+        agents.setdefault(c.agent, (harness_of(info.format), info.parent, []))[2].append((c.tool, c.args))
+    return agents
+
+
+def test_a_claude_code_subagent_has_one_id_live_and_in_replay():
+    main_file, _sub_file, sub_id = claude_files()
+    live, ended = live_calls("claude-code")
+    assert replayed_calls([main_file]) == live  # ids, parents, harness, and every call with its args
+    assert set(live) == {main_file.stem, sub_id} and live[sub_id][1] == main_file.stem
+    assert ended == {main_file.stem, sub_id}  # SubagentStop and SessionEnd forget the agents replay knows
+
+
+@pytest.mark.parametrize(("harness", "pattern"), [("codex", "codex/**/*.jsonl"), ("gemini-cli", "gemini/**/*.jsonl")])
+def test_codex_and_gemini_cli_agents_have_one_id_live_and_in_replay(harness, pattern):
+    (path,) = FIXTURES.glob(pattern)
+    live, replayed = live_calls(harness)[0], replayed_calls([path])
+    assert {a: (h, p, len(c)) for a, (h, p, c) in live.items()} == {
+        a: (h, p, len(c)) for a, (h, p, c) in replayed.items()
+    }
+    if harness == "gemini-cli":  # Codex's hook names the shell tool `Bash` where its rollout says `exec_command`
+        assert live == replayed
+
+
+def test_dsh_agents_have_one_id_live_and_in_replay():
+    # The stand-in plugin of the recording saw what the dsh plugin reads: exec.agent.id, header.parentSession.
+    live: dict[str, tuple] = {}
+    for line in (SAMPLES / "dsh-zstd-plugin-records.jsonl").read_text().splitlines():
+        record = json.loads(line)
+        if record["event"] == "pre-execute":
+            agent = record["agent"]
+            entry = live.setdefault(agent["id"], ("dsh", agent["header"].get("parentSession"), []))
+            entry[2].append((record["name"], record["arguments"]))
+    assert replayed_calls([FIXTURES / "dsh-zstd"]) == live

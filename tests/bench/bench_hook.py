@@ -86,7 +86,7 @@ def timed_run(argv: list[str], env: dict[str, str], stdin: bytes) -> float:
     return took * 1000
 
 
-def bench_cbhook(calls: int, scratch: Path) -> None:
+def bench_cbhook(calls: int, scratch: Path, warmup: int = 3) -> None:
     tmp = scratch / "tmp"  # the temp dir the default path falls back to
     tmp.mkdir()
     sock_dir = tmp / f"cbconsole-{os.getuid()}"
@@ -114,7 +114,7 @@ def bench_cbhook(calls: int, scratch: Path) -> None:
         }
         baseline_argv = [str(PYTHON), "-c", "pass"]
         for argv, env, _ in cases.values():  # warm up: bytecode written, page cache hot
-            for _ in range(3):
+            for _ in range(warmup):
                 timed_run(argv, env, claude_payload("warmup", "true"))
                 timed_run(baseline_argv, env, b"")
         print(f"cbhook per call vs `python -c pass` ({calls} calls each, interleaved; {PYTHON})")
@@ -251,7 +251,7 @@ def bench_dsh_runs(calls: int, scratch: Path) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help="fewer calls, no real dsh runs (a smoke run)")
+    ap.add_argument("--quick", action="store_true", help="a few calls, no real dsh runs: a smoke run, no figures")
     args = ap.parse_args()
     if not CBHOOK.exists():
         sys.exit(f"{CBHOOK} is missing: run `.venv/bin/pip install -e .`")
@@ -260,8 +260,8 @@ def main() -> None:
     node = harnesses.ensure_node22() / "node"
     scratch = Path(tempfile.mkdtemp(prefix="cb-bench-hook-"))
     try:
-        bench_cbhook(20 if args.quick else 200, scratch)
-        bench_plugin(500 if args.quick else 5000, scratch, node)
+        bench_cbhook(5 if args.quick else 200, scratch, warmup=1 if args.quick else 3)
+        bench_plugin(100 if args.quick else 5000, scratch, node)
         if not args.quick:
             bench_dsh_runs(40, scratch)
     finally:

@@ -31,7 +31,7 @@ from test_replay import dsh_lines, zstd_frames  # the tests' builder of dsh sess
 
 from breaker import Config, Guard
 from breaker.replay import replay
-from breaker.transcripts import Call, Reading, read
+from breaker.transcripts import Reading, RecordedCall, read
 
 NS = time.perf_counter_ns
 
@@ -64,7 +64,7 @@ def mixed_calls(n: int, agents: int, seed: int = 1) -> Reading:
 
 def bench_replay(n: int, runs: int) -> None:
     reading = mixed_calls(n, agents=50)
-    calls: list[Call] = reading.calls
+    calls: list[RecordedCall] = reading.calls
     config = Config(max_calls_per_agent=0)  # no cap: every agent keeps being judged, the costlier path
     replay(reading, config)  # warm up
 
@@ -171,8 +171,8 @@ def main() -> None:
     ns = parser.parse_args()
     print(f"Python {sys.version.split()[0]}, orjson {orjson.__version__}, zstandard {zstandard.__version__}")
     if ns.quick:
-        bench_replay(5_000, 5)
-        bench_read(500, 3)
+        bench_replay(1_000, 3)
+        bench_read(200, 3)
     else:
         bench_replay(100_000, 30)
         bench_read(5_000, 20)

@@ -1,6 +1,6 @@
 """`cbhook` in the real Claude Code, Codex CLI and Gemini CLI, against a real guard process.
 
-Each harness is wired with the settings the README gives (only `cbhook` becomes its full path plus
+Each harness is wired with the settings docs/harnesses.md gives (only `cbhook` becomes its full path plus
 `--socket`); the fake model keeps asking for the same call, and the tests check what the model reads
 after the guard denies it, how Claude Code subagents are keyed, and that an interrupt stops Claude
 Code through `continue: false`.
@@ -29,7 +29,8 @@ CBHOOK = Path(sys.executable).with_name("cbhook")
 
 
 def settings_hooks(harness: str, command: str) -> dict[str, Any]:
-    """The "hooks" value of each harness's settings, as the README gives it (`command` = "cbhook")."""
+    """The "hooks" value of each harness's settings, as docs/harnesses.md gives it (`command` = "cbhook";
+    the next test checks the page against this)."""
     if harness == "claude":
         hook = {"type": "command", "command": command, "timeout": 10}
         return {
@@ -43,6 +44,16 @@ def settings_hooks(harness: str, command: str) -> dict[str, Any]:
         hook = {"type": "command", "command": command, "timeout": 10000}  # milliseconds in Gemini CLI
         return {"BeforeTool": [{"matcher": ".*", "hooks": [hook]}], "SessionEnd": [{"hooks": [hook]}]}
     raise ValueError(harness)
+
+
+@pytest.mark.parametrize(
+    ("heading", "harness"), [("Claude Code", "claude"), ("Codex CLI", "codex"), ("Gemini CLI", "gemini")]
+)
+def test_the_settings_docs_give_are_those_these_tests_run_the_real_harness_with(heading, harness):
+    page = (Path(__file__).resolve().parents[2] / "docs" / "harnesses.md").read_text()
+    section = page.split(f"\n### {heading} ", 1)[1]
+    snippet = section.split("```json\n", 1)[1].split("```", 1)[0]
+    assert json.loads(snippet)["hooks"] == settings_hooks(harness, "cbhook")
 
 
 def hooks_for(harness: str, g: GuardProcess) -> dict[str, Any]:
