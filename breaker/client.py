@@ -39,6 +39,7 @@ from breaker.protocol import (
     ProtocolError,
     StateFrame,
 )
+from breaker.wire import GuardUnavailable
 
 __all__ = [
     "AsyncGuardClient",
@@ -53,10 +54,6 @@ log = logging.getLogger("cbconsole.client")
 
 DEFAULT_TIMEOUT = 0.5  # seconds a tool call may wait for the guard before the failure mode applies
 RETRY_AFTER_TIMEOUT = 1.0  # after a timeout (a hung guard), skip asking for this long: fail fast instead
-
-
-class GuardUnavailable(ConnectionError):
-    """The guard could not be asked (no socket, an untrusted socket, refused, timed out, closed)."""
 
 
 class GuardError(RuntimeError):
@@ -118,8 +115,8 @@ class _Health:
         else:
             if self.down_since is None:
                 self.down_since = time.monotonic()
-                log.warning("circuit breaker unreachable at %s (%s): %s until it is back", self.path, exc, mode)
-            text = f"Circuit breaker unreachable ({exc}); tool calls are denied until it is back."
+                log.warning("guard unavailable at %s (%s): %s until it is back", self.path, exc, mode)
+            text = f"Circuit breaker unavailable ({exc}); tool calls are denied until it is back."
         if self.fail_closed:
             return Decision(False, "unavailable", text, fallback=True)
         return Decision(True, fallback=True)
@@ -207,7 +204,7 @@ class GuardClient:
     # -- public API -----------------------------------------------------------------------------
 
     def check(self, agent: str, tool: str, args: Any, **extra: Any) -> Decision:
-        """Ask before a tool call. Never raises for an unreachable guard: the failure mode answers."""
+        """Ask before a tool call. Never raises when the guard is unavailable: the failure mode answers."""
         try:
             with self._lock:
                 reply = self._ask(lambda rid: _check_frame(rid, {"agent": agent, "tool": tool, "args": args, **extra}))

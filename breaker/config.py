@@ -230,7 +230,7 @@ SETTINGS: tuple[Setting, ...] = (
         kind="bool",
         default=False,
         used_by=("dsh plugin",),
-        help="deny tool calls while the guard is unreachable",
+        help="deny tool calls while the guard is unavailable (cannot be asked)",
     ),
     Setting(
         key="guardTimeoutMs",

@@ -24,7 +24,7 @@ import sys
 import time
 
 from breaker.paths import check_peer, check_socket
-from breaker.wire import MAX_FRAME, FrameBuffer
+from breaker.wire import MAX_FRAME, FrameBuffer, GuardUnavailable
 
 TYPE_CHECKING = False  # not typing's: importing typing costs ~2 ms per tool call
 if TYPE_CHECKING:
@@ -312,12 +312,6 @@ def socket_path(environ: Any = None) -> str:
     return str(default_socket_path(env))
 
 
-class GuardUnavailable(Exception):
-    """The guard could not be asked; the message says why (one stderr line).
-
-    The same idea, and name, as breaker.client.GuardUnavailable: cbhook cannot import the client."""
-
-
 def _encode(fields: dict[str, Any]) -> bytes:
     return (json.dumps(fields, ensure_ascii=False, allow_nan=False, separators=(",", ":")) + "\n").encode()
 
@@ -382,6 +376,8 @@ def ask(path: str, frame: bytes, timeout: float) -> dict[str, Any]:
                         return msg
                 if replies.too_large:
                     raise GuardUnavailable(f"the guard at {path} sent an oversized reply")
+        except GuardUnavailable:
+            raise  # already says why (it is an OSError too: keep it from the clause below)
         except TimeoutError:
             raise GuardUnavailable(f"no answer from the guard at {path} within {timeout:g} s") from None
         except OSError as exc:
@@ -469,7 +465,7 @@ class Hook:
         """The fallback for a call the guard could not be asked about (or answered with an error)."""
         if self.fail_closed:
             _log(f"{why}; denying (--fail-closed)")
-            reason = f"Circuit breaker unreachable ({why}); tool calls are denied until it is back."
+            reason = f"Circuit breaker unavailable ({why}); tool calls are denied until it is back."
             return _dump(answer(harness, name, reason)), 0
         _log(f"{why}; allowing the call (fail open)")
         return "", 0

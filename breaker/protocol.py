@@ -87,12 +87,12 @@ def encode_frame(obj: dict[str, Any]) -> bytes:
         import dataclasses
         import json
 
-        def plain(value: Any) -> Any:
+        def as_dict(value: Any) -> Any:
             if dataclasses.is_dataclass(value) and not isinstance(value, type):
                 return {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
             raise TypeError(f"cannot encode {type(value).__name__}")
 
-        return json.dumps(obj, separators=(",", ":"), ensure_ascii=False, default=plain).encode() + b"\n"
+        return json.dumps(obj, separators=(",", ":"), ensure_ascii=False, default=as_dict).encode() + b"\n"
 
 
 # -- field checks ----------------------------------------------------------------------------------

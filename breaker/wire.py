@@ -6,10 +6,17 @@ splits its stream with `FrameBuffer`; nothing else scans for newlines.
 
 from __future__ import annotations
 
-__all__ = ["MAX_FRAME", "PROTOCOL_VERSION", "FrameBuffer"]
+__all__ = ["MAX_FRAME", "PROTOCOL_VERSION", "FrameBuffer", "GuardUnavailable"]
 
 PROTOCOL_VERSION = 1
 MAX_FRAME = 8 * 1024 * 1024  # a harness may send a whole file write as args
+
+
+class GuardUnavailable(ConnectionError):
+    """The guard could not be asked: no socket, an untrusted socket, refused, timed out, closed.
+
+    One class for every client (the library, cbhook): the failure mode — fail open or closed —
+    decides the call, and the message says why."""
 
 
 class FrameBuffer:

@@ -33,17 +33,17 @@ def test_the_handshake_is_sent_with_the_first_request_and_recorded(guard):
     client.close()
 
 
-def test_unreachable_guard_fails_open_counts_misses_and_logs_once(tmp_path, caplog):
+def test_an_unavailable_guard_fails_open_counts_misses_and_logs_once(tmp_path, caplog):
     client = GuardClient(tmp_path / "nobody.sock", timeout=0.2)
     with caplog.at_level(logging.WARNING, logger="cbconsole.client"):
         decisions = [client.check("a", "t", {"i": i}) for i in range(5)]
     assert all(d.allowed and d.fallback for d in decisions)
     assert client.misses == 5
     lines = [r.getMessage() for r in caplog.records]
-    assert len(lines) == 1 and "unreachable" in lines[0] and "fail open" in lines[0]
+    assert len(lines) == 1 and "guard unavailable" in lines[0] and "fail open" in lines[0]
 
 
-def test_unreachable_guard_with_fail_closed_denies_with_kind_unavailable(tmp_path):
+def test_an_unavailable_guard_with_fail_closed_denies_with_kind_unavailable(tmp_path):
     d = GuardClient(tmp_path / "nobody.sock", fail_closed=True).check("a", "t", {})
     assert (d.allowed, d.kind, d.fallback) == (False, "unavailable", True)
 

@@ -1,5 +1,5 @@
 """`cbhook`: harness detection for every harness, each harness's deny, the lifecycle events, and what it
-does with an unreachable guard and with garbage, empty and huge stdin. The pure parts are checked in
+does with an unavailable guard and with garbage, empty and huge stdin. The pure parts are checked in
 process; everything that talks to a guard runs the real `cbhook` command against a real guard process.
 """
 
@@ -445,7 +445,7 @@ def test_args_json_cannot_carry_are_sent_as_unjudgeable_and_counted(guard):
 # --- the guard away ------------------------------------------------------------------------------
 
 
-def test_unreachable_guard_fails_open_with_one_stderr_line(tmp_path):
+def test_an_unavailable_guard_fails_open_with_one_stderr_line(tmp_path):
     result = cbhook(claude_pre(), socket_path=tmp_path / "none.sock")
     assert (result.returncode, result.stdout) == (0, b"")
     lines = result.stderr.decode().splitlines()
@@ -457,9 +457,9 @@ def test_unreachable_guard_fails_open_with_one_stderr_line(tmp_path):
     [(claude_pre(), "hookSpecificOutput"), (gemini_before(), "decision"), (cursor_shell(), "permission")],
     ids=["claude", "gemini", "cursor"],
 )
-def test_unreachable_guard_with_fail_closed_prints_the_harnesses_explicit_deny(tmp_path, payload, key):
+def test_an_unavailable_guard_with_fail_closed_prints_the_harnesses_explicit_deny(tmp_path, payload, key):
     out = stdout_json(cbhook(payload, "--fail-closed", socket_path=tmp_path / "none.sock"))
-    assert key in out and "Circuit breaker unreachable" in json.dumps(out)
+    assert key in out and "Circuit breaker unavailable" in json.dumps(out)
 
 
 def test_a_guard_that_never_answers_costs_the_timeout_then_fails_open(tmp_path):
@@ -523,7 +523,7 @@ def test_an_oversized_reply_makes_the_guard_unavailable(tmp_path):
     finally:
         server.close()
     reason = stdout_json(result)["hookSpecificOutput"]["permissionDecisionReason"]
-    assert reason.startswith("Circuit breaker unreachable (the guard at ") and "oversized reply" in reason
+    assert reason.startswith("Circuit breaker unavailable (the guard at ") and "oversized reply" in reason
 
 
 def test_a_peer_that_answers_garbage_makes_the_guard_unavailable(tmp_path):
@@ -568,7 +568,7 @@ def test_a_squatted_socket_with_fail_closed_gets_our_own_deny_and_never_the_squa
         result = cbhook(claude_pre(), "--fail-closed", socket_path=squatter.path)
     assert (squatter.connections, squatter.received) == (0, b"")
     reason = stdout_json(result)["hookSpecificOutput"]["permissionDecisionReason"]
-    assert reason.startswith(f"Circuit breaker unreachable (not trusting the guard's socket {squatter.path}: ")
+    assert reason.startswith(f"Circuit breaker unavailable (not trusting the guard's socket {squatter.path}: ")
     assert reason.endswith("tool calls are denied until it is back.")
     assert HOSTILE not in (result.stdout + result.stderr).decode()
 
@@ -645,7 +645,7 @@ def test_a_peer_dribbling_its_reply_cannot_hold_cbhook_past_its_timeout(tmp_path
     assert b"no answer from the guard" in result.stderr and b"within 0.5 s" in result.stderr
     if fail_closed:
         reason = stdout_json(result)["hookSpecificOutput"]["permissionDecisionReason"]
-        assert reason.startswith("Circuit breaker unreachable (no answer from the guard")
+        assert reason.startswith("Circuit breaker unavailable (no answer from the guard")
     else:
         assert (result.returncode, result.stdout) == (0, b"")
 

@@ -63,7 +63,7 @@ def test_feed_at_speed_0_sends_at_once_however_long_the_recording(guard, tmp_pat
 def test_feed_without_a_guard_says_so_and_fails(tmp_path):
     result = feed(tmp_path / "none.sock")
     assert result.returncode == 1
-    assert "14 not checked" in result.stderr and "unreachable" in result.stderr
+    assert "14 not checked" in result.stderr and "guard unavailable" in result.stderr
 
 
 def test_feed_names_each_harness_as_cbhook_does_and_its_subagents_by_their_live_ids(guard, tmp_path):

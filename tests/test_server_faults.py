@@ -117,7 +117,7 @@ def test_fail_closed_client_denies_explicitly_when_the_guard_is_gone(guard):
     guard.stop()
     d = client.check("a", "t", {})
     assert (d.allowed, d.kind, d.fallback) == (False, "unavailable", True)
-    assert "unreachable" in d.reason
+    assert "unavailable" in d.reason
 
 
 def test_socket_is_0600_in_a_0700_directory(guard):

@@ -451,15 +451,15 @@ def test_ids_beyond_64_bits_come_back_exactly_over_the_socket(guard):
     assert json.loads(data)["id"] == big and str(big).encode() in data
 
 
-def test_the_client_reports_an_error_reply_as_an_error_not_as_unreachable(guard, caplog):
+def test_the_client_reports_an_error_reply_as_an_error_not_as_an_outage(guard, caplog):
     long_tool = "t" * 5000  # over the 4,096-character field limit: the guard answers bad_request
     opened = GuardClient(guard.socket).check("a", long_tool, {})
     closed = GuardClient(guard.socket, fail_closed=True).check("a", long_tool, {})
     assert opened.allowed and opened.fallback
     assert (closed.allowed, closed.kind) == (False, "unavailable")
-    assert "bad_request" in closed.reason and "unreachable" not in closed.reason
+    assert "bad_request" in closed.reason and "unavailable (" not in closed.reason
     assert any("answered an error" in r.getMessage() for r in caplog.records)
-    assert not any("unreachable" in r.getMessage() for r in caplog.records)
+    assert not any("guard unavailable" in r.getMessage() for r in caplog.records)
 
 
 def test_stale_temporary_files_of_a_killed_write_are_cleaned_at_start(guard_factory):

@@ -348,13 +348,13 @@ export class GuardConnection {
     if (this.downSince === null) {
       this.downSince = Date.now()
       const mode = this.failClosed ? 'denying tool calls (fail closed)' : 'allowing tool calls (fail open)'
-      this.log(`circuit-breaker: guard unreachable at ${this.path} (${why}): ${mode} until it is back`)
+      this.log(`circuit-breaker: guard unavailable at ${this.path} (${why}): ${mode} until it is back`)
     }
     if (!this.failClosed) return { allowed: true, kind: null, reason: '', fallback: true }
     return {
       allowed: false,
       kind: 'unavailable',
-      reason: `Circuit breaker unreachable (${why}); tool calls are denied until it is back.`,
+      reason: `Circuit breaker unavailable (${why}); tool calls are denied until it is back.`,
       fallback: true,
     }
   }

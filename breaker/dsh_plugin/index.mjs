@@ -9,7 +9,7 @@
 // `agent.cancel({kind: 'hook', reason})` ends its turn, and every later call of it is denied
 // (kind "interrupted"). When dsh disposes an agent, the guard is told to forget it.
 //
-// Guard unreachable, or a socket that is not ours (another user's, or in a directory others can
+// Guard unavailable, or a socket that is not ours (another user's, or in a directory others can
 // write to: never connected to, see guard.mjs): fail open (configurable: failClosed), one log line
 // per outage, never a throw into dsh. Args that cannot be serialized are sent as "unjudgeable"
 // (allowed and counted).

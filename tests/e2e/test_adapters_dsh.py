@@ -258,22 +258,22 @@ def _absent_guard_rows(tmp_path: Path, **config: Any) -> list[dict[str, Any]]:
     ]
 
 
-def test_dsh_guard_unreachable_fails_open_with_one_log_line(dsh, tmp_path, timed):
+def test_dsh_guard_unavailable_fails_open_with_one_log_line(dsh, tmp_path, timed):
     with FakeModel(loop_script(4)) as fm:
         run = timed(run_dsh_with(dsh, fm, tmp_path / "dsh", _absent_guard_rows(tmp_path)))
     assert run.returncode == 0, run.describe()
     assert results_after_each_call(fm.agentic()) == ["cbprobe4\n"] * 4
-    lines = [line for line in (run.stdout + run.stderr).splitlines() if "guard unreachable" in line]
+    lines = [line for line in (run.stdout + run.stderr).splitlines() if "guard unavailable" in line]
     assert len(lines) == 1, run.describe()
     assert "allowing tool calls (fail open)" in lines[0] and str(tmp_path / "nobody" / "guard.sock") in lines[0]
 
 
-def test_dsh_guard_unreachable_with_fail_closed_denies_every_call(dsh, tmp_path, timed):
+def test_dsh_guard_unavailable_with_fail_closed_denies_every_call(dsh, tmp_path, timed):
     with FakeModel(loop_script(3)) as fm:
         run = timed(run_dsh_with(dsh, fm, tmp_path / "dsh", _absent_guard_rows(tmp_path, failClosed=True)))
     assert run.returncode == 0, run.describe()
     results = results_after_each_call(fm.agentic())
-    assert len(results) == 3 and all(r.startswith("Error: Circuit breaker unreachable (") for r in results), results
+    assert len(results) == 3 and all(r.startswith("Error: Circuit breaker unavailable (") for r in results), results
     assert "denying tool calls (fail closed)" in run.stdout + run.stderr
 
 

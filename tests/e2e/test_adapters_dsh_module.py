@@ -204,9 +204,9 @@ def test_a_squatted_socket_is_never_connected_to_and_the_failure_mode_applies_wi
     for part in expected_refusal(layout, squatter.path):
         assert part in why, why
     assert r["open"] == [None, None]
-    assert r["closed"] == [f"Circuit breaker unreachable ({why}); tool calls are denied until it is back."] * 2
-    lines = [line for line in r["logs"] if "guard unreachable" in line]
-    unreachable = f"circuit-breaker: guard unreachable at {squatter.path} ({why})"
+    assert r["closed"] == [f"Circuit breaker unavailable ({why}); tool calls are denied until it is back."] * 2
+    lines = [line for line in r["logs"] if "guard unavailable" in line]
+    unreachable = f"circuit-breaker: guard unavailable at {squatter.path} ({why})"
     assert lines == [  # one per connection's outage, naming the path and what is wrong with it
         f"{unreachable}: allowing tool calls (fail open) until it is back",
         f"{unreachable}: denying tool calls (fail closed) until it is back",
@@ -247,7 +247,7 @@ def test_a_squatter_taking_the_path_after_the_guard_stopped_is_not_reconnected_t
         squatter.close()
     assert (squatter.connections, squatter.received) == (0, b"")
     assert outcome["first"] is None and outcome["then"] is None  # allowed by the guard, then fail open
-    (line,) = [line for line in outcome["logs"] if "guard unreachable" in line]
+    (line,) = [line for line in outcome["logs"] if "guard unavailable" in line]
     assert f"its directory {guard.socket.parent} can be written by other users (mode 0770)" in line
 
 
@@ -351,9 +351,9 @@ def test_a_hung_guard_costs_one_timeout_then_fails_fast_with_one_log_line(node, 
             conn.close()
     assert r["denial"] is None  # fail open
     assert 250 <= r["ms"][0] < 2000 and max(r["ms"][1:]) < 250, r["ms"]  # later calls do not wait again
-    unreachable = [line for line in r["logs"] if "guard unreachable" in line]
+    unreachable = [line for line in r["logs"] if "guard unavailable" in line]
     assert len(unreachable) == 1 and "no answer within 300 ms" in unreachable[0]
-    assert r["stderr"].count("guard unreachable") == 1  # dsh's logger is silent in headless: stderr too
+    assert r["stderr"].count("guard unavailable") == 1  # dsh's logger is silent in headless: stderr too
 
 
 def test_a_guard_that_comes_back_is_used_again_and_the_outage_end_is_logged(node, tmp_path, guard_factory):
@@ -376,6 +376,6 @@ def test_a_guard_that_comes_back_is_used_again_and_the_outage_end_is_logged(node
     threading.Event().wait(1.0)
     g.start()
     thread.join(60)
-    assert outcome["down"].startswith("Circuit breaker unreachable (")  # fail closed while it was away
+    assert outcome["down"].startswith("Circuit breaker unavailable (")  # fail closed while it was away
     assert outcome["first"] is None and outcome["second"].startswith("Circuit breaker (duplicate)")
     assert "guard back at" in outcome["stderr"] and "1 call(s) were not checked" in outcome["stderr"]
