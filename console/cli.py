@@ -80,22 +80,27 @@ def main(argv: list[str] | None = None) -> int:
         print("cbconsole: --speed must be 0 (as fast as possible) or more", file=sys.stderr)
         return 2
     from console.app import CBConsole  # Textual is imported only for the screen
+    from console.session import AttachedGuard, DemoGuard, GuardOptions, GuardSession, OwnGuard, ReplayGuard
 
-    mode = "demo" if args.demo else "replay" if args.replay else "attach" if args.attach else "own"
     operator = args.operator_socket or os.environ.get(OPERATOR_SOCKET_ENV)
-    app = CBConsole(
-        socket_path=socket_path,
-        operator_socket=Path(operator).expanduser() if operator else None,
-        state_path=args.state,
-        mode=mode,
-        patches=[str(Path(p).expanduser().absolute()) for p in args.patch],
+    operator_socket = Path(operator).expanduser() if operator else None
+    options = GuardOptions(
+        state=args.state,
+        patches=tuple(str(Path(p).expanduser().absolute()) for p in args.patch),
         profile=args.profile,
-        theme=args.theme,
-        readonly=args.readonly,
-        leave_running=args.leave_running,
-        replay=args.replay,
-        speed=args.speed,
     )
+    session: GuardSession
+    if args.demo:
+        session = DemoGuard()
+    elif args.replay:
+        session = ReplayGuard(
+            socket_path, args.replay, speed=args.speed, operator_socket=operator_socket, options=options
+        )
+    elif args.attach:
+        session = AttachedGuard(socket_path, operator_socket)
+    else:
+        session = OwnGuard(socket_path, operator_socket, options, leave_running=args.leave_running)
+    app = CBConsole(session, theme=args.theme, readonly=args.readonly)
     return app.run() or 0
 
 

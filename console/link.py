@@ -1,4 +1,7 @@
-"""The console's line to the guard: subscribe to state frames, send operator ops, reconnect by itself."""
+"""The console's line to the guard: subscribe to state frames, send operator ops, reconnect by itself.
+
+This is the edge: op replies are decoded here, once, into values and the protocol's types.
+"""
 
 from __future__ import annotations
 
@@ -6,20 +9,35 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from breaker import __version__
 from breaker.client import AsyncGuardClient, GuardError, GuardUnavailable
-from breaker.protocol import InterruptEvent, StateFrame
+from breaker.protocol import ConfigFrame, GuardStats, InterruptEvent, StateFrame
 
-__all__ = ["GuardLink", "LinkError"]
+__all__ = ["ConfigSaved", "GuardLink", "LinkError"]
 
 log = logging.getLogger("cbconsole.console")
 
 
 class LinkError(RuntimeError):
     """An operator op failed; the message is for the operator."""
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigSaved:
+    """The reply to `config_set`: the config now in force (None if the reply had none) and the file written."""
+
+    config: ConfigFrame | None
+    written: str | None  # None: applied in memory only (no patch layer to write)
+
+
+def _typed(reply: dict[str, Any], name: str, kind: type) -> Any:
+    """One field of a reply if it has the expected type, else None."""
+    value = reply.get(name)
+    return value if type(value) is kind else None
 
 
 class GuardLink:
@@ -68,10 +86,41 @@ class GuardLink:
                 self.on_status("connected", "")
             await asyncio.sleep(0.2)
 
-    async def request(self, op: str, **fields: Any) -> dict[str, Any]:
-        """An operator op; raises LinkError with a message for the operator."""
+    # -- operator ops: each raises LinkError with a message for the operator -------------------------
+
+    async def interrupt(self, agent: str, reason: str) -> int:
+        """Stop `agent`; how many harness connections were told."""
+        reply = await self._request("interrupt", agent=agent, reason=reason)
+        return _typed(reply, "notified", int) or 0
+
+    async def uninterrupt(self, agent: str) -> bool:
+        """Lift `agent`'s interrupt; whether the guard knew the agent."""
+        return _typed(await self._request("uninterrupt", agent=agent), "known", bool) is True
+
+    async def reset(self, agent: str) -> bool:
+        """Clear `agent`'s counts; whether the guard knew the agent."""
+        return _typed(await self._request("reset", agent=agent), "known", bool) is True
+
+    async def set_paused(self, paused: bool) -> bool:
+        """Pause or resume the guard; whether it is paused now."""
+        reply = await self._request("pause" if paused else "resume")
+        said = _typed(reply, "paused", bool)
+        return paused if said is None else said
+
+    async def config_set(self, changes: dict[str, Any]) -> ConfigSaved:
+        """Validate, write to the patch layer and apply `changes` (camelCase keys)."""
+        reply = await self._request("config_set", changes=changes)
+        config = _typed(reply, "config", dict)
+        return ConfigSaved(ConfigFrame.from_json(config) if config is not None else None, _typed(reply, "written", str))
+
+    async def stats(self, timeout: float = 10.0) -> GuardStats | None:
+        """The guard's counters now (None if the reply had none)."""
+        stats = _typed(await self._request("stats", timeout=timeout), "stats", dict)
+        return GuardStats.from_json(stats) if stats is not None else None
+
+    async def _request(self, op: str, timeout: float = 10.0, **fields: Any) -> dict[str, Any]:
         try:
-            return await self.client.request(op, timeout=10.0, **fields)
+            return await self.client.request(op, timeout=timeout, **fields)
         except GuardUnavailable as exc:
             raise LinkError(f"the guard is unreachable ({exc})") from None
         except GuardError as exc:

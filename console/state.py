@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from breaker.config import KEYS, Config, ConfigError
 from breaker.protocol import AgentRow, ConfigFrame, GuardStats, KeyRow, StateFrame, TripRow
 
 RATE_SLOTS = 12  # sparkline history: one slot per RATE_PERIOD seconds
@@ -35,7 +36,7 @@ class Agent:
 
     @property
     def danger(self) -> tuple[int, float, float, int, str]:
-        """Sort key, most dangerous first: a live loop, then capped, interrupted; then closest to a limit."""
+        """Sort key, most dangerous first: status duplicate, then cap, interrupted; then closest to a limit."""
         d = self.data
         worst = d.worst_count / max(d.duplicate_limit, 1)
         cap_use = d.calls / d.cap if d.cap else 0.0
@@ -53,11 +54,13 @@ class ConsoleState:
         self.trips_seen = 0
         self.new_trips = 0  # trips since the screen last took them (for the log)
         self.stats: GuardStats | None = None  # None until the guard's first frame
-        self.config = ConfigFrame(values={})
+        self.config = ConfigFrame(values={})  # the config in force, as the guard sent it
+        self.settings: Config | None = None  # its values, decoded; None until the guard sent them
+        self.settings_error = ""  # why the guard's values do not decode here (a guard of another version)
         self.checks_per_s = 0.0
         self.guard_status = "starting"  # starting, running, restarting, attached, unreachable, stopped
         self.guard_note = ""
-        self.version = 0  # bumps on every change: the screen redraws only when it moved
+        self.version = 0  # see changed()
         self.frames = 0
         self.marked: set[str] = set()
         self.filter = ""
@@ -96,8 +99,13 @@ class ConsoleState:
         if frame.stats is not None:
             self.stats = frame.stats
         if frame.config is not None:
-            self.config = frame.config
+            self.set_config(frame.config)
         self.sample()
+        self.changed()
+
+    def changed(self) -> None:
+        """Something the screen shows moved: the screen redraws at its next tick only if this was called.
+        Every method of this class that changes what is shown calls it; nothing else bumps `version`."""
         self.version += 1
 
     def _drop(self, agent: str) -> None:
@@ -124,7 +132,30 @@ class ConsoleState:
     def set_guard_status(self, status: str, note: str = "") -> None:
         if (status, note) != (self.guard_status, self.guard_note):
             self.guard_status, self.guard_note = status, note
-            self.version += 1
+            self.changed()
+
+    def set_config(self, config: ConfigFrame) -> None:
+        """The config in force (from a state frame, or the reply to an edit), its values decoded once."""
+        self.config = config
+        self.settings, self.settings_error = None, ""
+        if config.values:
+            try:
+                # A key this console does not know is a newer guard's: left out, the rest still shown.
+                self.settings = Config.from_mapping({k: v for k, v in config.values.items() if k in KEYS})
+            except ConfigError as exc:
+                self.settings_error = str(exc)
+        self.changed()
+
+    def set_paused(self, paused: bool) -> None:
+        """The guard said it is paused (or not), before its next frame does."""
+        if self.stats is not None:
+            self.stats.paused = paused
+        self.changed()
+
+    def set_filter(self, text: str) -> None:
+        if text != self.filter:
+            self.filter = text
+            self.changed()
 
     # -- output ---------------------------------------------------------------------------------
 
@@ -152,8 +183,13 @@ class ConsoleState:
 
     @property
     def values(self) -> dict[str, Any]:
-        """The config in force, camelCase keys as in the patch layer."""
-        return dict(self.config.values)
+        """The config in force as the patch layer spells it (camelCase keys, every one): what the config form
+        edits. Built from the decoded settings; empty until the guard sent values this console can read."""
+        return self.settings.to_mapping() if self.settings is not None else {}
+
+    @property
+    def exempt(self) -> tuple[str, ...]:
+        return self.settings.exempt if self.settings is not None else ()
 
     @property
     def paused(self) -> bool:
@@ -164,10 +200,15 @@ class ConsoleState:
         return dict(self.stats.harnesses) if self.stats is not None else {}
 
     def toggle_mark(self, agent: str) -> bool:
+        """Mark or unmark `agent`; whether it is marked now."""
         if agent in self.marked:
             self.marked.discard(agent)
-            return False
-        if agent in self.agents:
+        elif agent in self.agents:
             self.marked.add(agent)
-            return True
-        return False
+        self.changed()
+        return agent in self.marked
+
+    def clear_marks(self) -> None:
+        if self.marked:
+            self.marked.clear()
+            self.changed()

@@ -19,15 +19,17 @@ MAX_QUICK_RESTARTS = 5  # deaths within QUICK seconds of a start before we stop 
 QUICK = 5.0
 
 
-def live_guard(socket_path: Path) -> dict | None:
-    """The hello of a guard answering on `socket_path`, or None."""
+def live_guard(socket_path: Path) -> int | None:
+    """The pid of a guard answering on `socket_path` (0 if it did not say), or None if none answers."""
     client = GuardClient(socket_path, timeout=0.5, hello=False)
     try:
-        return client.request("hello", harness="cbconsole-probe", role="console")
+        hello = client.request("hello", harness="cbconsole-probe", role="console")
     except (GuardUnavailable, GuardError):
         return None
     finally:
         client.close()
+    pid = hello.get("pid")
+    return pid if type(pid) is int else 0
 
 
 async def stop_process(proc: asyncio.subprocess.Process, grace: float = 5.0) -> None:

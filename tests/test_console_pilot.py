@@ -18,6 +18,7 @@ from console.app import CBConsole
 from console.screens.config import ConfigScreen
 from console.screens.confirm import ConfirmScreen
 from console.screens.help import HelpScreen
+from console.session import AttachedGuard, DemoGuard, GuardOptions, OwnGuard, ReplayGuard
 from console.widgets.agents import AgentsTable
 from console.widgets.header import GuardHeader
 from console.widgets.keys import KeysTable
@@ -44,7 +45,7 @@ async def until(pilot, predicate: Callable[[], bool], timeout: float = 10.0, wha
 
 
 def app_for(guard, **kw) -> CBConsole:
-    return CBConsole(socket_path=guard.socket, mode="attach", **kw)
+    return CBConsole(AttachedGuard(guard.socket), **kw)
 
 
 def loop(guard, agent: str, n: int, tool: str = "web_search", args: dict | None = None, **extra) -> list:
@@ -54,13 +55,14 @@ def loop(guard, agent: str, n: int, tool: str = "web_search", args: dict | None 
     return out
 
 
-def owning_console(tmp_path: Path, monkeypatch, **kw) -> tuple[CBConsole, Path]:
+def owning_console(tmp_path: Path, monkeypatch, patches: tuple[str, ...] = ()) -> tuple[CBConsole, Path]:
     """A console that starts its own guard on a private socket (and DSH_HOME) under tmp_path."""
     run = tmp_path / "run"
     run.mkdir(mode=0o700)
     monkeypatch.setenv("DSH_HOME", str(tmp_path / "dsh"))
     sock = run / "guard.sock"
-    return CBConsole(socket_path=sock, mode="own", log_path=tmp_path / "g.log", **kw), sock
+    options = GuardOptions(patches=patches, log_path=tmp_path / "g.log")
+    return CBConsole(OwnGuard(sock, options=options)), sock
 
 
 def palette_offers(app: CBConsole, title: str) -> bool:
@@ -89,11 +91,11 @@ async def test_agents_keys_trips_and_header_show_live_state(guard):
         await until(pilot, lambda: "looper-1" in table._cells and "calm-1" in table._cells, what="both agents")
         looper = row_text(table, "looper-1")
         assert looper[1] == "looper-1" and looper[3] == "dsh" and looper[4] == "6"
-        assert looper[6].endswith("6/6") and looper[8] == "tripped: duplicate"
+        assert looper[6].endswith("6/6") and looper[8] == "duplicate"  # the status word itself
         assert table.get_row_index("looper-1") == 0  # most dangerous first
         keys = app.query_one(KeysTable)
         await until(pilot, lambda: keys.row_count >= 1)
-        assert row_text(keys, "0")[:3] == ["6/6", "web_search", 'web_search query="the same"']
+        assert [c.plain for c in keys.get_row_at(0)][:3] == ["6/6", "web_search", 'web_search query="the same"']
         trips = app.query_one(TripsTable)
         await until(pilot, lambda: trips.row_count == 1, what="one trip")
         assert row_text(trips, "0")[1:] == ["looper-1", "duplicate", "web_search", "6/6"]
@@ -103,6 +105,7 @@ async def test_agents_keys_trips_and_header_show_live_state(guard):
         assert "duplicateLimit 6" in header and "window 200" in header and "maxCallsPerAgent 300" in header
         assert "exempt todo_write, ask_user_question, exit_plan_mode" in header
         assert "trips 1" in header and "checks 11" in header
+        assert "denies 3 (duplicate 3 · cap 0 · interrupted 0)" in header  # 9 calls: 6 allowed, 3 denied
 
 
 async def test_cursor_stays_on_the_selected_agent_when_rows_reorder(guard):
@@ -280,7 +283,7 @@ async def test_freezing_screen_updates_holds_the_picture_until_unfrozen(guard):
         assert "screen frozen" in text_of(app.query_one(GuardHeader))
         await asyncio.to_thread(loop, guard, "f-2", 1, "read", {"p": 0})
         await until(pilot, lambda: "f-2" in app.state.agents, what="the state has it")
-        app.flush()  # what the 10 Hz redraw runs
+        app.main.flush()  # what the 10 Hz redraw runs
         assert "f-2" not in table._cells  # the screen does not show it yet
         await pilot.press("z")
         await until(pilot, lambda: "f-2" in table._cells)
@@ -355,7 +358,7 @@ async def test_themes_switch_live_and_recolour_cells(guard):
         dark_style = str(table.get_row("t-loop")[8].style)
         app.theme = "cbconsole-light"
         await until(pilot, lambda: str(table.get_row("t-loop")[8].style) != dark_style, what="recoloured status")
-        assert app.colors()["trip"].lower() in str(table.get_row("t-loop")[8].style).lower()
+        assert app.main.colors()["trip"].lower() in str(table.get_row("t-loop")[8].style).lower()
 
 
 async def test_readonly_greys_out_every_action_that_changes_the_guard(guard):
@@ -364,7 +367,7 @@ async def test_readonly_greys_out_every_action_that_changes_the_guard(guard):
         await asyncio.to_thread(loop, guard, "ro", 3)
         await select(pilot, app, "ro")
         for action in ("interrupt", "edit_config", "exempt", "pause_guard", "reset", "uninterrupt"):
-            assert app.check_action(action, ()) is None
+            assert app.main.check_action(action, ()) is None
         await pilot.press("i", "question_mark")  # keys are handled in order: help opens right on the main screen
         await until(pilot, lambda: isinstance(app.screen, HelpScreen), what="help")
         assert not any(isinstance(screen, ConfirmScreen) for screen in app.screen_stack)
@@ -389,7 +392,7 @@ async def test_trips_log_says_how_many_are_new_when_scrolled_up(guard):
 
 
 async def test_quit_with_harnesses_connected_asks_and_can_leave_the_guard_running(tmp_path, monkeypatch):
-    app, sock = owning_console(tmp_path, monkeypatch, patches=[str(tmp_path / "layer.yml")])
+    app, sock = owning_console(tmp_path, monkeypatch, patches=(str(tmp_path / "layer.yml"),))
     harness = None
     async with app.run_test(size=SIZE) as pilot:
         await until(pilot, lambda: app.state.guard_status == "running", what="our guard running")
@@ -410,7 +413,7 @@ async def test_quit_without_harnesses_stops_the_guard_it_started(tmp_path, monke
     app, sock = owning_console(tmp_path, monkeypatch)
     async with app.run_test(size=SIZE) as pilot:
         await until(pilot, lambda: app.state.guard_status == "running")
-        pid = app.supervisor.pid
+        pid = app.session.supervisor.pid
         await pilot.press("q")
     assert pid is not None
     with pytest.raises(ProcessLookupError):
@@ -424,25 +427,26 @@ async def test_a_guard_that_dies_is_restarted_and_the_screen_says_so(tmp_path, m
     app, sock = owning_console(tmp_path, monkeypatch)
     async with app.run_test(size=SIZE) as pilot:
         await until(pilot, lambda: app.state.guard_status == "running")
-        first = app.supervisor.pid
+        supervisor = app.session.supervisor
+        first = supervisor.pid
         os.kill(first, signal.SIGKILL)
         header = app.query_one(GuardHeader)
-        await until(pilot, lambda: "restarting" in text_of(header) or app.supervisor.restarts >= 1, what="restart")
+        await until(pilot, lambda: "restarting" in text_of(header) or supervisor.restarts >= 1, what="restart")
         await until(
             pilot,
-            lambda: app.state.guard_status == "running" and app.supervisor.pid not in (None, first),
+            lambda: app.state.guard_status == "running" and supervisor.pid not in (None, first),
             what="running again",
         )
-        assert app.supervisor.restarts == 1
+        assert supervisor.restarts == 1
         assert GuardClient(sock).check("after-restart", "read", {}).fallback is False
         await pilot.press("q")
 
 
 async def test_starting_next_to_a_running_guard_attaches_to_it(guard):
-    app = CBConsole(socket_path=guard.socket, mode="own", log_path=Path("/dev/null"))
+    app = CBConsole(OwnGuard(guard.socket, options=GuardOptions(log_path=Path("/dev/null"))))
     async with app.run_test(size=SIZE) as pilot:
         await until(pilot, lambda: app.state.guard_status == "attached")
-        assert app.supervisor is None
+        assert app.session.supervisor is None
         header = app.query_one(GuardHeader)
         await until(pilot, lambda: f"pid {guard.pid}" in text_of(header), what="the guard's pid on screen")
         await pilot.press("q")
@@ -452,7 +456,7 @@ async def test_starting_next_to_a_running_guard_attaches_to_it(guard):
 async def test_replay_plays_a_real_transcript_into_the_live_guard(guard):
     sessions = Path(__file__).parent / "fixtures" / "transcripts" / "dsh-zstd" / "sessions"
     app = CBConsole(
-        socket_path=guard.socket, mode="replay", replay=[str(sessions)], speed=0, log_path=Path("/dev/null")
+        ReplayGuard(guard.socket, [str(sessions)], speed=0, options=GuardOptions(log_path=Path("/dev/null")))
     )
     async with app.run_test(size=SIZE) as pilot:
         table = app.query_one(AgentsTable)
@@ -465,7 +469,8 @@ async def test_replay_plays_a_real_transcript_into_the_live_guard(guard):
 
 
 async def test_demo_shows_every_kind_of_agent_within_seconds(tmp_path):
-    app = CBConsole(socket_path=tmp_path / "unused.sock", mode="demo", log_path=tmp_path / "g.log")
+    demo = DemoGuard(log_path=tmp_path / "g.log")
+    app = CBConsole(demo)
     async with app.run_test(size=SIZE) as pilot:
 
         def statuses() -> dict[str, str]:
@@ -482,7 +487,9 @@ async def test_demo_shows_every_kind_of_agent_within_seconds(tmp_path):
         )
         assert app.state.agents["3f2a9c1e-demo-subagent"].data.parent == "session-demo-healthy"
         assert "session-demo-healthy" in statuses()
-        assert app.socket_path != tmp_path / "unused.sock"  # a private guard, never the user's socket
-        demo_dir = app.socket_path.parent
+        demo_dir = demo.directory
+        assert demo_dir is not None  # a private guard: both sockets and its state file in its own directory
+        assert demo.socket_path.is_relative_to(demo_dir) and demo.operator_socket.is_relative_to(demo_dir)
+        assert app.state.stats.state_file == str(demo_dir / "state.cbstate")
         await pilot.press("q")
     assert not demo_dir.exists()

@@ -1,8 +1,10 @@
 """Snapshots of the main screen in the demo's states, for each theme; and the markup-injection regression.
 
-Frames are injected (no guard), the clock is frozen and the zone is UTC, so a screenshot depends
-only on what the console draws. Update after an intended change: `pytest tests/test_console_snapshots.py
---snapshot-update`, then look at the SVGs (tests/__snapshots__/) before committing them.
+The real app runs over a session that connects to nothing (`NoGuard`, a fake at the edge); frames are
+injected into its state as the link delivers them, the clock is frozen and the zone is UTC, so a
+screenshot depends only on what the console draws. Update after an intended change:
+`pytest tests/test_console_snapshots.py --snapshot-update`, then look at the SVGs (tests/__snapshots__/)
+before committing them.
 """
 
 from __future__ import annotations
@@ -17,8 +19,9 @@ import pytest
 
 from breaker.protocol import StateFrame
 from console.app import CBConsole
-from console.state import RATE_SLOTS
-from console.widgets.agents import AgentsTable
+from console.session import GuardSession
+from console.state import RATE_SLOTS, ConsoleState
+from console.widgets.agents import AGENT_WIDTH, TOOL_WIDTH, AgentsTable
 from console.widgets.cells import clip
 from console.widgets.header import GuardHeader
 from console.widgets.keys import KeysTable
@@ -299,8 +302,27 @@ def frame(state: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+class NoGuard(GuardSession):
+    """A session that reaches no guard: the app's state gets only the frames a test injects."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.socket_path = Path("/tmp/cbconsole-demo/guard.sock")
+        self.operator_socket = Path("/tmp/cbconsole-demo-operator/operator.sock")
+
+    async def open(self, state: ConsoleState, tell) -> None:
+        """Nothing to reach: `link` stays None, as for a console whose guard has not answered yet."""
+
+
 def make_app(theme: str) -> CBConsole:
-    return CBConsole(socket_path=Path("/tmp/cbconsole-demo/guard.sock"), mode="static", theme=theme, clock=lambda: T0)
+    return CBConsole(NoGuard(), theme=theme, clock=lambda: T0)
+
+
+async def mounted(pilot) -> None:
+    """The main screen and its tables are mounted (`app.run`'s autopilot, which snap_compare uses, starts
+    before they are; `run_test` waits for them)."""
+    while not pilot.app.main.is_mounted:
+        await pilot.pause()
 
 
 def inject(app: CBConsole, frame_: dict[str, Any], rates: dict[str, list[int]] | None = None, marked=()) -> None:
@@ -309,10 +331,11 @@ def inject(app: CBConsole, frame_: dict[str, Any], rates: dict[str, list[int]] |
     for name, values in (rates or {}).items():
         if name in app.state.agents:
             app.state.agents[name].rate = deque(values, maxlen=RATE_SLOTS)
-    app.state.marked.update(marked)
+    for name in marked:
+        app.state.toggle_mark(name)
     app.state.checks_per_s = 47.0
-    app.state.version += 1
-    app.flush()
+    app.state.changed()
+    app.main.flush()
 
 
 @pytest.mark.parametrize("theme", THEMES)
@@ -321,6 +344,7 @@ def test_main_screen_snapshot(snap_compare, theme, state):
     app = make_app(theme)
 
     async def run_before(pilot) -> None:
+        await mounted(pilot)
         inject(
             app,
             frame(STATES[state]),
@@ -330,6 +354,26 @@ def test_main_screen_snapshot(snap_compare, theme, state):
         await pilot.pause()
 
     assert snap_compare(app, terminal_size=SIZE, run_before=run_before)
+
+
+async def test_status_is_the_status_word_and_the_header_names_trips_and_denies_apart():
+    app = make_app("dark")
+    async with app.run_test(size=SIZE) as pilot:
+        inject(app, frame(STATES["capped-and-interrupted"]))
+        await pilot.pause()
+        table = app.query_one(AgentsTable)
+        status = {name: table.get_row(name)[8].plain for name in app.state.agents}
+        assert status == {
+            "session-demo-healthy": "ok",
+            "session-demo-searcher": "duplicate",
+            "session-demo-pager": "cap",
+            "session-demo-prober": "duplicate",
+            "3f2a9c1e-demo-subagent": "interrupted",
+        }
+        header = str(app.query_one(GuardHeader).content)
+        assert "trips 5" in header  # the trips list: first denies
+        assert "denies 338 (duplicate 238 · cap 88 · interrupted 12)" in header  # every denied call
+        assert "tripped" not in header and "capped" not in header
 
 
 # -- untrusted strings are never markup -------------------------------------------------------------
@@ -378,13 +422,13 @@ async def test_markup_in_agent_ids_tool_names_and_args_is_shown_literally_and_br
         assert app.is_running  # `[@click=app.quit]` did not quit, `[/x]` did not raise
         for name in HOSTILE:
             cells = [c.plain for c in table.get_row(name)]
-            assert cells[1] == clip(name, 20)
+            assert cells[1] == clip(name, AGENT_WIDTH)
         tools = {table.get_row(n)[9].plain for n in HOSTILE}
-        assert tools == {clip(t, 12) for t in HOSTILE}  # clip() escapes control characters too
+        assert tools == {clip(t, TOOL_WIDTH) for t in HOSTILE}  # clip() escapes control characters too
         header = str(app.query_one(GuardHeader).content)
         assert "/tmp/[red]sock" in header and "[@click=app.quit]x[/]" in header
         keys = app.query_one(KeysTable)
-        assert any("[@click=app.quit]x[/]" in keys.get_row(str(i))[2].plain for i in range(keys.row_count))
+        assert any("[@click=app.quit]x[/]" in keys.get_row_at(i)[2].plain for i in range(keys.row_count))
         assert app.query_one(TripsTable).row_count == len(HOSTILE)
         for name in HOSTILE:  # the detail line too, for each selected agent
             table.move_cursor(row=table.get_row_index(name))
@@ -392,8 +436,8 @@ async def test_markup_in_agent_ids_tool_names_and_args_is_shown_literally_and_br
                 await pilot.pause(0.02)
                 if table.selected == name:
                     break
-            app.state.version += 1
-            app.flush()
+            app.state.changed()
+            app.main.flush()
             assert name.replace("\x1b", "\\x1b") in str(app.query_one("#detail").content)
         await pilot.press("i")  # the confirmation names a hostile id literally
         await pilot.pause()
@@ -404,6 +448,7 @@ def test_markup_injection_snapshot(snap_compare):
     app = make_app("dark")
 
     async def run_before(pilot) -> None:
+        await mounted(pilot)
         inject(app, hostile_frame())
         await pilot.pause()
 

@@ -13,9 +13,11 @@ from textual.widgets import Static
 __all__ = ["HelpScreen"]
 
 ABOUT = (
-    "cbconsole watches the circuit breaker that sits between your agents and their tools. An agent "
-    "that repeats the same call duplicateLimit times in its window is denied; one that makes "
-    "maxCallsPerAgent calls is capped. Rows are sorted most dangerous first: live loops, capped, "
+    "cbconsole watches the guard that sits between your agents and their tools. A call is denied when "
+    "the same call is already duplicateLimit times in the agent's window (kind duplicate), when the agent "
+    "has made maxCallsPerAgent calls (kind cap), or when you interrupted the agent (kind interrupted). An "
+    "agent's first deny of a kind is a trip; denies counts every denied call. An agent's status is ok, or "
+    "the kind of deny its next call meets. Rows are sorted most dangerous first: duplicate, cap, "
     "interrupted, then whoever is closest to a limit.\n"
 )
 

@@ -6,7 +6,7 @@ from collections.abc import Iterable, Mapping
 
 from rich.text import Text
 
-__all__ = ["age", "clip", "gauge", "plain", "ratio_color", "sparkline", "status_text"]
+__all__ = ["age", "clip", "gauge", "kind_color", "plain", "ratio_color", "sparkline", "status_text"]
 
 _SPARKS = "▁▂▃▄▅▆▇█"
 _CONTROL = {c: f"\\x{c:02x}" for c in range(32)} | {127: "\\x7f"}
@@ -68,14 +68,16 @@ def age(seconds: float | None) -> Text:
     return Text(f"{seconds / 3600:.0f}h", style="dim")
 
 
-_STATUS = {
-    "duplicate": ("tripped: duplicate", "trip"),
-    "cap": ("capped", "cap"),
-    "interrupted": ("interrupted", "interrupted"),
-    "ok": ("ok", "ok"),
-}
+# An agent's status word (shown as it is: one word per idea) -> its colour role.
+_STATUS_ROLE = {"ok": "ok", "duplicate": "trip", "cap": "cap", "interrupted": "interrupted"}
+
+
+def kind_color(word: str, colors: Mapping[str, str]) -> str:
+    """The colour of a status or deny kind (one this console does not know is muted)."""
+    return colors[_STATUS_ROLE.get(word, "muted")]
 
 
 def status_text(status: str, colors: Mapping[str, str]) -> Text:
-    label, role = _STATUS.get(status, (status, "muted"))
-    return Text(label, style=f"bold {colors[role]}" if status != "ok" else colors[role], no_wrap=True)
+    """`ok`, or the kind of deny the agent's next call meets: `duplicate`, `cap`, `interrupted`."""
+    color = kind_color(status, colors)
+    return plain(status, style=f"bold {color}" if status != "ok" else color)

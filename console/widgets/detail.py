@@ -14,6 +14,8 @@ __all__ = ["AgentDetail"]
 
 
 class AgentDetail(Static):
+    """Two lines under the agents table for the selected agent (the table clips ids; this does not)."""
+
     DEFAULT_CSS = """
     AgentDetail { height: 2; padding: 0 1; background: $boost; text-wrap: nowrap; text-overflow: ellipsis; }
     """
@@ -31,10 +33,9 @@ class AgentDetail(Static):
         if d.harness:
             top.append("  via ", style=colors["muted"])
             top.append_text(plain(d.harness))
-        denies = d.denies
-        if denies:
-            top.append("  denied: ", style=colors["muted"])
-            top.append(", ".join(f"{k} {v}" for k, v in sorted(denies.items())), style=colors["trip"])
+        if d.denies:  # every denied call of this agent, by kind
+            top.append("  denies ", style=colors["muted"])
+            top.append_text(plain(", ".join(f"{k} {v:,}" for k, v in sorted(d.denies.items())), style=colors["trip"]))
         if marked:
             top.append(f"  ({marked} marked)", style=colors["warn"])
         bottom = Text(no_wrap=True, overflow="ellipsis")

@@ -1,4 +1,4 @@
-"""The guard's state at a glance: status, socket, harnesses, config in force, checks/s, trips."""
+"""The guard's state at a glance: status, socket, harnesses, checks/s, trips and denies, the config in force."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ class GuardHeader(Static):
     """
 
     def show(self, state: ConsoleState, colors: Mapping[str, str], readonly: bool, frozen: bool) -> None:
-        stats, values, config = state.stats or GuardStats(), state.values, state.config
+        stats, config = state.stats or GuardStats(), state.config
         status_role = {"running": "ok", "attached": "ok", "restarting": "warn", "starting": "warn"}.get(
             state.guard_status, "trip"
         )
@@ -55,39 +55,46 @@ class GuardHeader(Static):
                 line2.append(f" {n}")
         else:
             line2.append("none", style="dim")
-        denies = stats.denies
         line2.append("   agents ", style=colors["muted"])
         line2.append(str(len(state.agents)))
         line2.append("   ")
         line2.append(f"{state.checks_per_s:,.0f} checks/s", style="bold")
         line2.append("   checks ", style=colors["muted"])
         line2.append(f"{stats.checks:,}")
+        # Two numbers, two words: a trip is an agent's first deny of a kind (the trips list); denies
+        # counts every denied call, by kind.
         line2.append("   trips ", style=colors["muted"])
         line2.append(str(state.trips_seen), style=f"bold {colors['trip']}" if state.trips_seen else "")
-        line2.append(
-            f"   denied: dup {denies.get('duplicate', 0):,} · cap {denies.get('cap', 0):,} · "
-            f"int {denies.get('interrupted', 0):,}",
-            style=colors["muted"],
-        )
+        line2.append("   denies ", style=colors["muted"])
+        line2.append(f"{sum(stats.denies.values()):,}")
+        if stats.denies:
+            line2.append(" (", style=colors["muted"])
+            for i, (kind, count) in enumerate(stats.denies.items()):
+                line2.append(" · " if i else "", style=colors["muted"])
+                line2.append_text(plain(kind, style=colors["muted"]))
+                line2.append(f" {count:,}", style=colors["muted"])
+            line2.append(")", style=colors["muted"])
 
         line3 = Text(no_wrap=True, overflow="ellipsis")
+        settings = state.settings
         if config.error:
             line3.append("config error, last good kept: ", style=f"bold {colors['trip']}")
             line3.append_text(plain(config.error, style=colors["trip"]))
-        elif values:
-            enabled = values.get("enabled", True) and not config.disabled
+        elif settings is not None:
             line3.append("config ", style=colors["muted"])
-            if not enabled:
+            if not settings.enabled or config.disabled:
                 line3.append("GUARD DISABLED ", style=f"bold {colors['trip']}")
-            line3.append(f"duplicateLimit {values.get('duplicateLimit')}", style="bold")
-            line3.append(f" · window {values.get('window')}")
-            cap = values.get("maxCallsPerAgent")
-            line3.append(f" · maxCallsPerAgent {cap if cap else 'off'}")
+            line3.append(f"duplicateLimit {settings.duplicate_limit}", style="bold")
+            line3.append(f" · window {settings.window}")
+            line3.append(f" · maxCallsPerAgent {settings.max_calls_per_agent or 'off'}")
             line3.append(" · exempt ", style=colors["muted"])
-            line3.append_text(plain(", ".join(values.get("exempt") or []) or "none", style=colors["exempt"]))
-            if values.get("only"):
+            line3.append_text(plain(", ".join(settings.exempt) or "none", style=colors["exempt"]))
+            if settings.only:
                 line3.append(" · only ", style=colors["muted"])
-                line3.append_text(plain(", ".join(values["only"])))
+                line3.append_text(plain(", ".join(settings.only)))
+        elif state.settings_error:
+            line3.append("config: the guard's values do not read here: ", style=f"bold {colors['trip']}")
+            line3.append_text(plain(state.settings_error, style=colors["trip"]))
         else:
             line3.append("config: waiting for the guard", style="dim")
         text = Text("\n").join([line, line2, line3])

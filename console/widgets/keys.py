@@ -2,62 +2,62 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+from collections import Counter
+from collections.abc import Collection, Mapping
 
 from rich.text import Text
-from textual.widgets import DataTable
 
 from breaker.protocol import KeyRow
 from console.widgets.cells import clip, plain, ratio_color
+from console.widgets.rows import KeyedTable, keyed
 
-__all__ = ["KeysTable"]
-
-COLUMNS = (("count", "count", 7), ("tool", "tool", 12), ("call", "call", 32), ("agent", "agent", 12))
+__all__ = ["KeysTable", "row_keys"]
 
 
-class KeysTable(DataTable):
-    """Rebuilt only when the list changed (it is at most a screenful of rows)."""
+def row_keys(keys: list[KeyRow]) -> list[str]:
+    """A stable row key per repeated call: its agent, tool and preview (a second call with the same
+    three, possible when previews are cut short, gets `#2`)."""
+    seen: Counter[str] = Counter()
+    out = []
+    for k in keys:
+        base = f"{k.agent}\x00{k.tool}\x00{k.preview}"
+        seen[base] += 1
+        out.append(base if seen[base] == 1 else f"{base}\x00#{seen[base]}")
+    return out
+
+
+class KeysTable(KeyedTable):
+    """Reconciled by key like the agents table: the cursor stays on the same call as counts move."""
 
     DEFAULT_CSS = """
     KeysTable { height: 1fr; }
     """
+    COLUMNS = (("count", "count", 7), ("tool", "tool", 12), ("call", "call", 32), ("agent", "agent", 12))
+    KEY_COLUMN = "call"
 
     def __init__(self, **kwargs: object) -> None:
-        super().__init__(cursor_type="row", **kwargs)  # type: ignore[arg-type]
-        self._shown: list[tuple[Any, ...]] = []
-        self.keys: list[KeyRow] = []
-
-    def on_mount(self) -> None:
-        for key, label, width in COLUMNS:
-            self.add_column(label, key=key, width=width)
+        super().__init__(**kwargs)
+        self._rows: dict[str, KeyRow] = {}
 
     def show(
-        self, keys: list[KeyRow], limit_of: Mapping[str, int], exempt: set[str], colors: Mapping[str, str]
+        self, keys: list[KeyRow], limit_of: Mapping[str, int], exempt: Collection[str], colors: Mapping[str, str]
     ) -> None:
-        signature: list[tuple[Any, ...]] = [
-            (k.agent, k.tool, k.preview, k.count, limit_of.get(k.agent, 0)) for k in keys
-        ]
-        signature.append(tuple(sorted(colors.items())))  # a theme switch recolours
-        if signature == self._shown and exempt == getattr(self, "_exempt", None):
-            return
-        cursor = self.cursor_row
-        self._shown, self._exempt, self.keys = signature, set(exempt), list(keys)
-        self.clear()
-        for i, k in enumerate(keys):
-            limit = limit_of.get(k.agent, 0) or 1
-            tool_style = colors["exempt"] if k.tool in exempt else ""
-            self.add_row(
+        palette = tuple(colors.values())
+        self._rows = dict(zip(row_keys(keys), keys, strict=True))
+        limits = {key: limit_of.get(k.agent) or 1 for key, k in self._rows.items()}  # 1: its agent is gone
+
+        def render(key: str) -> tuple[Text, ...]:
+            k, limit = self._rows[key], limits[key]
+            return (
                 Text(f"{k.count}/{limit}", style=ratio_color(k.count / limit, colors), justify="right"),
-                plain(clip(k.tool, 12), style=tool_style),
-                plain(k.preview),
+                plain(clip(k.tool, 12), style=colors["exempt"] if k.tool in exempt else ""),
+                keyed(plain(k.preview), key),
                 plain(clip(k.agent, 12), style=colors["muted"]),
-                key=str(i),
             )
-        if keys:
-            self.move_cursor(row=min(cursor, len(keys) - 1), animate=False, scroll=False)
+
+        rows = [(key, (k.count, limits[key], k.tool in exempt, palette)) for key, k in self._rows.items()]
+        self.show_rows(rows, render)
 
     def current(self) -> KeyRow | None:
-        if not self.keys or self.cursor_row >= len(self.keys):
-            return None
-        return self.keys[self.cursor_row]
+        """The repeated call under the cursor."""
+        return self._rows.get(self.selected) if self.selected is not None else None

@@ -9,7 +9,7 @@ from rich.text import Text
 from textual.widgets import DataTable
 
 from breaker.protocol import TripRow
-from console.widgets.cells import clip, plain
+from console.widgets.cells import clip, kind_color, plain
 
 __all__ = ["TripsTable"]
 
@@ -18,6 +18,8 @@ MAX_ROWS = 500
 
 
 class TripsTable(DataTable):
+    """Each trip — an agent's first deny of a kind — as a row, in the order they came."""
+
     DEFAULT_CSS = """
     TripsTable { height: 1fr; }
     """
@@ -39,14 +41,13 @@ class TripsTable(DataTable):
         if not trips:
             return
         follow = self.at_bottom or self.row_count == 0
-        role = {"duplicate": "trip", "cap": "cap", "interrupted": "interrupted"}
         for trip in trips:
             kind = trip.kind
             stamp = time.strftime("%H:%M:%S", time.localtime(trip.time)) if trip.time else "--:--:--"
             self.add_row(
                 Text(stamp, style="dim"),
                 plain(clip(trip.agent, 14)),
-                plain(kind, style=colors.get(role.get(kind, "muted"), "")),
+                plain(kind, style=kind_color(kind, colors)),
                 plain(clip(trip.tool, 14)),
                 Text(f"{trip.count}/{trip.limit}" if kind != "interrupted" else "—", justify="right"),
                 key=str(self._next),

@@ -115,9 +115,10 @@ async def with_console(sock: str, seconds: float) -> tuple[list[int], list[float
     from textual import events
 
     from console.app import CBConsole
+    from console.session import AttachedGuard
     from console.widgets.agents import AgentsTable
 
-    app = CBConsole(socket_path=Path(sock), mode="attach")
+    app = CBConsole(AttachedGuard(Path(sock)))
     lags: list[float] = []
     presses: list[float] = []
     _, q, procs = run_load(sock, seconds)
@@ -147,7 +148,7 @@ async def with_console(sock: str, seconds: float) -> tuple[list[int], list[float
             # go idle, which under this load measures the load, not the console).
             app._driver.send_message(events.Key(key, None))
             while True:
-                shown = str(app.detail.content)
+                shown = str(app.main.detail.content)
                 if table.selected != before and table.selected and shown.startswith(table.selected[:20]):
                     break
                 if time.perf_counter() - t0 > 2:

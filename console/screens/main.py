@@ -1,0 +1,399 @@
+"""The main screen: agents, repeated calls and trips, drawn live from the console's state; the operator's actions."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable, Iterable, Iterator
+from typing import Any, TypeVar
+
+from rich.text import Text
+from textual.app import ComposeResult, SystemCommand
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical
+from textual.screen import Screen
+from textual.widgets import Footer, Input, Static
+
+from console.link import GuardLink, LinkError
+from console.screens.config import ConfigScreen
+from console.screens.confirm import Choice, ConfirmScreen
+from console.screens.help import HelpScreen
+from console.session import GuardSession
+from console.state import ConsoleState
+from console.themes import THEME_VARIABLES
+from console.widgets.agents import AgentsTable
+from console.widgets.cells import plain
+from console.widgets.detail import AgentDetail
+from console.widgets.header import GuardHeader
+from console.widgets.keys import KeysTable
+from console.widgets.trips import TripsTable
+
+__all__ = ["MainScreen"]
+
+T = TypeVar("T")
+
+FLUSH_HZ = 10
+MUTATING = frozenset({"interrupt", "uninterrupt", "reset", "pause_guard", "edit_config", "exempt"})
+INTERRUPT_REASON = "interrupted by the operator from cbconsole"
+
+
+class MainScreen(Screen[None]):
+    """One screen over the console's state. State frames land in `ConsoleState` as they come; this
+    screen draws from it at FLUSH_HZ, only when it changed, never while frozen or under a dialog."""
+
+    BINDINGS = [
+        Binding(
+            "i",
+            "interrupt",
+            "Interrupt",
+            id="interrupt",
+            tooltip="Stop the selected (or marked) agents, after confirming",
+        ),
+        Binding(
+            "e",
+            "edit_config",
+            "Config",
+            id="edit_config",
+            tooltip="Edit every setting; saved to the patch layer, applied live",
+        ),
+        Binding("x", "exempt", "Exempt", id="exempt", tooltip="Exempt (or un-exempt) the selected key's tool"),
+        Binding(
+            "p",
+            "pause_guard",
+            "Pause guard",
+            id="pause_guard",
+            tooltip="Pause or resume the guard (paused: every call allowed)",
+        ),
+        Binding("slash", "filter", "Filter", id="filter", tooltip="Filter agents by id, harness or tool"),
+        Binding("question_mark", "help", "Help", id="help", tooltip="What the screen shows, and every key"),
+        # On this screen only: a dialog's own keys come first, and `q` there never opens a second dialog.
+        Binding("q", "app.quit", "Quit", id="quit", tooltip="Quit (asks before stopping a guard that harnesses use)"),
+        Binding("r", "reset", "Reset", id="reset", show=False, tooltip="Clear the selected (or marked) agents' counts"),
+        Binding("u", "uninterrupt", "Uninterrupt", id="uninterrupt", show=False, tooltip="Lift an interrupt"),
+        Binding(
+            "space", "mark", "Mark", id="mark", show=False, tooltip="Mark or unmark the selected agent (act on several)"
+        ),
+        Binding("z", "freeze", "Freeze", id="freeze", show=False, tooltip="Pause or resume screen updates"),
+        Binding("escape", "clear_filter", "Clear filter", id="clear_filter", show=False, tooltip="Clear the filter"),
+    ]
+
+    def __init__(
+        self,
+        state: ConsoleState,
+        session: GuardSession,
+        *,
+        readonly: bool = False,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        super().__init__()
+        self.state = state
+        self.session = session
+        self.readonly = readonly
+        self.clock = clock
+        self.frozen = False
+        self._drawn = -1  # the state version last drawn
+        self._drawn_at = 0.0
+
+    # -- layout -------------------------------------------------------------------------------------
+
+    def compose(self) -> ComposeResult:
+        # Held directly: flush runs ten times a second, and nested containers mount their children after this
+        # screen's own Mount.
+        self.header = GuardHeader(id="header")
+        self.filter_box = Input(placeholder="filter agents: id, harness or tool (escape clears)", id="filter")
+        self.agents_title = Static(Text("Agents — most dangerous first"), id="agents-title")
+        self.agents_table = AgentsTable(id="agents")
+        self.detail = AgentDetail(id="detail")
+        self.keys_table = KeysTable(id="keys")
+        self.trips_title = Static(Text("Trips"), id="trips-title")
+        self.trips_table = TripsTable(id="trips")
+        yield self.header
+        yield self.filter_box
+        yield self.agents_title
+        yield self.agents_table
+        yield self.detail
+        with Horizontal(id="bottom"):
+            with Vertical(id="keys-box"):
+                yield Static(Text("Top repeated calls"), id="keys-title")
+                yield self.keys_table
+            with Vertical(id="trips-box"):
+                yield self.trips_title
+                yield self.trips_table
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.agents_table.focus()
+        self.app.theme_changed_signal.subscribe(self, lambda _theme: self.force_redraw())
+        self.set_interval(1 / FLUSH_HZ, self.flush, name="flush")
+
+    # -- drawing ------------------------------------------------------------------------------------
+
+    def force_redraw(self) -> None:
+        """Draw at the next tick even if the state did not change (a new theme, unfrozen)."""
+        self._drawn = -1
+
+    def colors(self) -> dict[str, str]:
+        variables = self.app.theme_variables
+        return {k: variables.get(k, v) for k, v in THEME_VARIABLES.items()}
+
+    def flush(self) -> None:
+        """Draw the state (~10 Hz): only if it changed (or ages need a tick), never while frozen or under a dialog."""
+        if self.session.ending or not self.app.screen_stack:
+            return  # ending (the terminal may be gone), or the app is closing and its screens are gone
+        state = self.state
+        state.sample()
+        if self.frozen or self.app.screen is not self:
+            return
+        now = self.clock()
+        if state.version == self._drawn and now - self._drawn_at < 1.0:
+            return
+        self._drawn, self._drawn_at = state.version, now
+        colors = self.colors()
+        agents = state.visible_agents()
+        table = self.agents_table
+        with self.app.batch_update():
+            self.header.show(state, colors, self.readonly, self.frozen)
+            table.reconcile(agents, now, state.marked, colors)
+            self.detail.show(state.agents.get(table.selected or ""), len(state.marked), colors)
+            limit_of = {a.id: a.data.duplicate_limit for a in state.agents.values()}
+            self.keys_table.show(state.top_keys, limit_of, state.exempt, colors)
+            trips = self.trips_table
+            trips.add_trips(state.take_new_trips(), colors)
+            title = f"Trips ({state.trips_seen})"
+            if trips.unseen:
+                title += f"  — {trips.unseen} new ↓"
+            self.trips_title.update(Text(title))
+            shown = f"Agents — most dangerous first ({len(agents)}"
+            shown += f" of {len(state.agents)} match the filter)" if state.filter else ")"
+            self.agents_title.update(Text(shown))
+
+    # -- the guard's ops ----------------------------------------------------------------------------
+
+    async def ask_guard(self, what: str, op: Callable[[GuardLink], Awaitable[T]]) -> T | None:
+        """Run an operator op; None (and the operator told why) if there is no guard or it failed."""
+        link = self.session.link
+        if link is None:
+            self.notify("Not connected to a guard yet.", severity="warning", markup=False)
+            return None
+        try:
+            return await op(link)
+        except LinkError as exc:
+            self.notify(str(exc), title=f"{what} failed", severity="error", markup=False)
+            return None
+
+    # -- actions ------------------------------------------------------------------------------------
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if self.readonly and action in MUTATING:
+            return None  # shown greyed out: a read-only console cannot change the guard
+        return True
+
+    def targets(self) -> list[str]:
+        """The marked agents, else the selected one."""
+        if self.state.marked:
+            return sorted(self.state.marked)
+        selected = self.agents_table.selected
+        return [selected] if selected and selected in self.state.agents else []
+
+    @staticmethod
+    def _names(agents: Iterable[str]) -> Text:
+        text = Text()
+        for i, agent in enumerate(agents):
+            text.append("\n  • " if i else "  • ")
+            text.append_text(plain(agent))
+        return text
+
+    def action_interrupt(self) -> None:
+        agents = self.targets()
+        if not agents:
+            self.notify("Select an agent first (or mark some with space).", severity="warning", markup=False)
+            return
+        body = Text(f"Stop {len(agents)} agent{'s' if len(agents) > 1 else ''}:\n")
+        body.append_text(self._names(agents))
+        body.append(
+            "\n\nTheir harness is told to stop them where it can (dsh cancels, Claude Code "
+            "stops its loop), and every later tool call of theirs is denied."
+        )
+
+        async def done(choice: str | None) -> None:
+            if choice != "yes":
+                return
+            told = 0
+            for agent in agents:
+                notified = await self.ask_guard("interrupt", lambda link, a=agent: link.interrupt(a, INTERRUPT_REASON))
+                if notified is None:
+                    return
+                told += notified
+            self.state.clear_marks()
+            self.notify(f"Interrupted {len(agents)} agent(s); {told} harness connection(s) told.", markup=False)
+
+        self.app.push_screen(
+            ConfirmScreen(
+                "Interrupt agents?",
+                body,
+                [Choice("no", "Cancel", key="n"), Choice("yes", "Interrupt", "error", key="y")],
+            ),
+            done,
+        )
+
+    async def action_uninterrupt(self) -> None:
+        for agent in self.targets():
+            await self.ask_guard("uninterrupt", lambda link, a=agent: link.uninterrupt(a))
+
+    async def action_reset(self) -> None:
+        agents = self.targets()
+        for agent in agents:
+            if await self.ask_guard("reset", lambda link, a=agent: link.reset(a)) is None:
+                return
+        if agents:
+            self.notify(f"Reset the counts of {len(agents)} agent(s).", markup=False)
+
+    def action_pause_guard(self) -> None:
+        if self.state.paused:
+            self.run_worker(self._set_paused(False))
+            return
+
+        async def done(choice: str | None) -> None:
+            if choice == "yes" and await self._set_paused(True):
+                self.notify(
+                    "Guard paused: every call is allowed and not counted until you resume (p).",
+                    severity="warning",
+                    markup=False,
+                )
+
+        body = Text("While paused, every tool call is allowed and nothing is counted. Interrupts still apply.")
+        self.app.push_screen(
+            ConfirmScreen(
+                "Pause the guard?", body, [Choice("no", "Cancel", key="n"), Choice("yes", "Pause", "warning", key="y")]
+            ),
+            done,
+        )
+
+    async def _set_paused(self, paused: bool) -> bool:
+        now = await self.ask_guard("pause" if paused else "resume", lambda link: link.set_paused(paused))
+        if now is None:
+            return False
+        self.state.set_paused(now)
+        if not paused:
+            self.notify("Guard resumed: calls are judged again.", markup=False)
+        return True
+
+    def action_edit_config(self) -> None:
+        async def done(changes: dict[str, Any] | None) -> None:
+            if not changes:
+                return
+            saved = await self.ask_guard("config_set", lambda link: link.config_set(changes))
+            if saved is None:
+                return
+            if saved.config is not None:
+                self.state.set_config(saved.config)
+            where = saved.written or "memory only"
+            self.notify(f"Saved and applied: {', '.join(sorted(changes))} (written to {where}).", markup=False)
+
+        self.app.push_screen(ConfigScreen(self.state.values, self.state.config.target, self.readonly), done)
+
+    def selected_tool(self) -> str | None:
+        """The tool of the repeated call under the cursor (if that table has focus), else the selected
+        agent's worst (or last) tool."""
+        if self.keys_table.has_focus and (key := self.keys_table.current()):
+            return key.tool
+        agent = self.state.agents.get(self.agents_table.selected or "")
+        if agent is None:
+            return None
+        return agent.data.worst_tool or agent.data.last_tool or None
+
+    def action_exempt(self) -> None:
+        tool = self.selected_tool()
+        if not tool:
+            self.notify("Select an agent or a repeated call first.", severity="warning", markup=False)
+            return
+        exempt = list(self.state.exempt)
+        removing = tool in exempt
+        new = [t for t in exempt if t != tool] if removing else [*exempt, tool]
+        body = Text()
+        body.append("Un-exempt " if removing else "Exempt ")
+        body.append_text(plain(tool, style="bold"))
+        body.append(
+            ": the guard will judge it again for every agent."
+            if removing
+            else ": the guard will stop judging it for every agent (never denied, never counted)."
+        )
+        target = self.state.config.target
+        body.append(f"\n\nWritten to {target}." if target else "")
+
+        async def done(choice: str | None) -> None:
+            if choice != "yes":
+                return
+            saved = await self.ask_guard("config_set", lambda link: link.config_set({"exempt": new}))
+            if saved is None:
+                return
+            if saved.config is not None:
+                self.state.set_config(saved.config)
+            self.notify(("Un-exempted " if removing else "Exempted ") + tool, markup=False)
+
+        self.app.push_screen(
+            ConfirmScreen(
+                "Change exempt tools?",
+                body,
+                [
+                    Choice("no", "Cancel", key="n"),
+                    Choice("yes", "Un-exempt" if removing else "Exempt", "warning", key="y"),
+                ],
+            ),
+            done,
+        )
+
+    def action_mark(self) -> None:
+        table = self.agents_table
+        if table.selected:
+            self.state.toggle_mark(table.selected)
+        if table.cursor_row < table.row_count - 1:
+            table.move_cursor(row=table.cursor_row + 1)
+
+    def action_freeze(self) -> None:
+        self.frozen = not self.frozen
+        self.header.show(self.state, self.colors(), self.readonly, self.frozen)
+        self.force_redraw()
+
+    def action_filter(self) -> None:
+        self.filter_box.add_class("visible")
+        self.filter_box.focus()
+
+    def action_clear_filter(self) -> None:
+        box = self.filter_box
+        if box.value or box.has_class("visible"):
+            box.value = ""
+            box.remove_class("visible")
+            self.state.set_filter("")
+            self.agents_table.focus()
+
+    def on_agents_table_selected(self, event: AgentsTable.Selected) -> None:
+        if self.session.ending:
+            return
+        self.detail.show(self.state.agents.get(event.agent or ""), len(self.state.marked), self.colors())
+
+    def on_input_changed(self, event: Input.Changed) -> None:
+        if event.input.id == "filter":
+            self.state.set_filter(event.value)
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        if event.input.id == "filter":
+            if not event.value:
+                event.input.remove_class("visible")
+            self.agents_table.focus()
+
+    def key_bindings(self) -> list[Binding]:
+        """This screen's keys, then the app's (what help lists)."""
+        return [b for b in (*self.BINDINGS, *self.app.BINDINGS) if isinstance(b, Binding)]
+
+    def action_help(self) -> None:
+        keys = [(b.key_display or b.key, b.description, b.tooltip) for b in self.key_bindings()]
+        self.app.push_screen(HelpScreen(keys))
+
+    def commands(self) -> Iterator[SystemCommand]:
+        """Every action of this screen, for the command palette."""
+        for binding in self.BINDINGS:
+            if isinstance(binding, Binding) and binding.action not in ("app.quit", "clear_filter"):
+                yield SystemCommand(binding.description, binding.tooltip, self._runner(binding.action))
+
+    def _runner(self, action: str) -> Callable[[], Awaitable[bool]]:
+        return lambda: self.app.run_action(action, self)
