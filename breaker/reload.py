@@ -11,9 +11,12 @@ from typing import Any
 import watchfiles
 
 from breaker.config import Config, ConfigError
-from breaker.patch import Loaded, PatchSources, load
+from breaker.patch import NO_FILE, Loaded, PatchConflict, PatchSources, load, read_text, write_config
+from breaker.protocol import ConfigFrame
 
-__all__ = ["ConfigWatcher"]
+__all__ = ["ConfigWatcher", "config_frame", "write_changes"]
+
+WRITE_TRIES = 5  # a hand edit racing a config_set: re-read and apply on top this many times
 
 log = logging.getLogger(__name__)
 
@@ -161,3 +164,44 @@ class ConfigWatcher:
                     break
             if not rewatch:
                 return
+
+
+def write_changes(sources: PatchSources, changes: dict[str, object]) -> tuple[Loaded, Path]:
+    """Apply `changes` (camelCase keys) to the patch layer as it is on disk now; returns what is then
+    in force and the file written. Blocking: run it on a worker thread, one at a time.
+
+    The layers are read, the changes applied on top, and the target layer written only if nobody
+    changed it since it was read (else everything is read again and the write retried): a write
+    never reverts a hand edit. Raises ConfigError (PatchError for the file) or OSError."""
+    for _ in range(WRITE_TRIES):
+        target = load(sources).write_target()
+        base = read_text(target)
+        current = load(sources)  # read after `base`: a change in between is caught by the write
+        new = Config.from_mapping({**current.config.to_mapping(), **changes})
+        try:
+            write_config(target, new, based_on=NO_FILE if base is None else base)
+        except PatchConflict:
+            continue
+        return load(sources), target
+    raise PatchConflict(
+        sources.layers()[-1].path, f"kept changing while it was written ({WRITE_TRIES} tries); try again"
+    )
+
+
+def config_frame(config: Config, loaded: Loaded | None, error: str | None) -> ConfigFrame:
+    """The config in force (`config`) and where it came from, as the protocol shows it."""
+    target = None
+    if loaded is not None:
+        try:
+            target = str(loaded.write_target())
+        except ConfigError:
+            target = None
+    return ConfigFrame(
+        values=config.to_mapping(),
+        disabled=bool(loaded and loaded.disabled),
+        source=str(loaded.config_from.path) if loaded and loaded.config_from else None,
+        target=target,
+        layers=[str(layer.path) for layer in loaded.layers] if loaded else [],
+        notes=list(loaded.notes) if loaded else list(config.warnings),
+        error=error,
+    )

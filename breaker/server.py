@@ -1,75 +1,44 @@
-"""The guard server: the protocol session behind two private Unix sockets, and the guard's I/O.
+"""The guard server: the asyncio transport between two private Unix sockets and the protocol session.
 
 The harness socket serves what harnesses need (hello, check, agent_end, ping); the operator socket,
-in a directory of its own, serves everything. This module is the transport: asyncio protocols that
-hand bytes to `ServerSession` (breaker/session.py) and write back what it gives, plus the work it
-asks for that needs I/O — the patch layer (read and written off the event loop's thread, one write
-at a time), interrupt commands (a bounded queue), the incident log and the state file (threads of
-their own). A check never waits on any of them.
+in a directory of its own, serves everything. This module only moves bytes: asyncio protocols hand
+what they read to `ServerSession` (breaker/session.py) and write back what it gives, and the jobs the
+session asks for go to the parts that do that I/O — the patch layer (breaker/reload.py: read and
+written off the event loop's thread, one write at a time), interrupt commands (breaker/commands.py),
+the incident log (a thread of its own), the state file (breaker/keeper.py, breaker/store.py). The
+sockets on disk are breaker/listen.py's. A check never waits on any of them.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import fcntl
 import logging
 import os
-import re
 import signal
-import socket
-import stat
 import sys
 import time
-from collections import deque
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, cast
 
 from breaker import __version__
+from breaker.commands import InterruptCommands, fill_command
 from breaker.config import Config, ConfigError
 from breaker.engine import Guard
 from breaker.incidents import QueuedIncidentLog
-from breaker.patch import NO_FILE, Loaded, PatchConflict, PatchSources, clean_stale_temps, load, read_text, write_config
-from breaker.paths import (
-    OPERATOR_SOCKET_ENV,
-    SocketPathError,
-    check_length,
-    default_operator_socket_path,
-    default_socket_path,
-    ensure_private_dir,
-    peer_ids,
-    peer_option,
-)
+from breaker.keeper import StateKeeper
+from breaker.listen import Listener, ServerError
+from breaker.patch import Loaded, PatchSources, clean_stale_temps
+from breaker.paths import OPERATOR_SOCKET_ENV, default_operator_socket_path, default_socket_path, peer_ids, peer_option
 from breaker.protocol import HARNESS, MAX_FRAME, OPERATOR, PROTOCOL_VERSION, ConfigFrame, ConfigReply, ErrorReply
-from breaker.reload import ConfigWatcher
-from breaker.session import (
-    WRITE_HIGH,
-    Channel,
-    CommandJob,
-    ConfigJob,
-    DurableJob,
-    IncidentJob,
-    ServerSession,
-)
-from breaker.store import GuardRecord, StateStore
+from breaker.reload import ConfigWatcher, config_frame, write_changes
+from breaker.session import WRITE_HIGH, Channel, CommandJob, ConfigJob, DurableJob, IncidentJob, ServerSession
+from breaker.store import StateStore
 
 __all__ = ["GuardServer", "ServerError", "fill_command", "serve"]
 
 log = logging.getLogger("cbconsole.guard")
-
-INTERRUPT_COMMAND_TIMEOUT = 10.0  # seconds an operator's interrupt command may run before it is killed
-INTERRUPT_COMMAND_OUTPUT = 4096  # bytes of its output kept for the log (the rest is read and dropped)
-INTERRUPT_COMMANDS_AT_ONCE = 4  # children running at once: each costs descriptors the checks need
-INTERRUPT_COMMANDS_QUEUED = 256  # waiting beyond this are dropped (and counted)
-SAVE_EVERY = 0.2  # seconds between saves of what changed: what a crash can lose
-SAVE_SLICE = 200  # agents exported per slice of a save, between which the event loop runs
-CONFIG_WRITE_TRIES = 5  # a hand edit racing a config_set: re-read and apply on top this many times
-_PLACEHOLDER = re.compile(r"\{(agent|reason)\}")
-
-
-class ServerError(RuntimeError):
-    """The server cannot start (a socket path is held, unsafe or unusable)."""
 
 
 class _Conn(asyncio.Protocol):
@@ -86,8 +55,7 @@ class _Conn(asyncio.Protocol):
         # uvloop's transports are not asyncio.Transport subclasses, so no isinstance check here.
         self.transport = cast(asyncio.Transport, transport)
         uid, pid = peer_ids(transport.get_extra_info("socket"))
-        session = self.server.session
-        self.ch = ch = session.open(self.plane, uid, pid)
+        self.ch = ch = self.server.session.open(self.plane, uid, pid)
         if ch.closing:  # refused: say why, and close once it had a moment to read it
             self.transport.write(ch.take_output())
             if self.transport.can_write_eof():
@@ -101,7 +69,9 @@ class _Conn(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if self.ch is not None:
             self.server.session.receive(self.ch, data)
-            self._after_turn()
+            if not self.ch.closing and self.ch.buf.pending():
+                self.schedule_turn()
+            self.server.flush()
 
     def eof_received(self) -> bool | None:
         if self.ch is not None:
@@ -109,12 +79,6 @@ class _Conn(asyncio.Protocol):
                 self.schedule_turn()
             self.server.flush()
         return True  # keep our half open: replies still go out
-
-    def _after_turn(self) -> None:
-        ch = self.ch
-        if ch is not None and not ch.closing and ch.buf.pending():
-            self.schedule_turn()
-        self.server.flush()
 
     def schedule_turn(self) -> None:
         """More frames than one turn: let the other connections in first (fairness), then go on."""
@@ -129,8 +93,7 @@ class _Conn(asyncio.Protocol):
         ch = self.ch
         if ch is None or ch.closing or self.transport is None:
             return
-        more = self.server.session.turn(ch)
-        if more:
+        if self.server.session.turn(ch):
             self.schedule_turn()
         elif not ch.backlog_high:
             self.transport.resume_reading()
@@ -192,10 +155,14 @@ class GuardServer:
         if operator_socket is None:
             operator_socket = default_operator_socket_path(self.socket_path)
         self.operator_path = Path(operator_socket)
+        self.listeners = {
+            HARNESS: Listener(self.socket_path),
+            OPERATOR: Listener(self.operator_path, f"--operator-socket PATH / ${OPERATOR_SOCKET_ENV}"),
+        }
         self.sources = sources
         self.tick = tick
-        self.clock = clock
         self.guard = Guard(config)
+        self.commands = InterruptCommands()
         self.session = ServerSession(
             self.guard,
             clock=clock,
@@ -214,65 +181,55 @@ class GuardServer:
         if sources is not None and config is None:
             self.watcher = ConfigWatcher(sources, on_change=self._config_loaded, on_error=self._config_failed)
         self._config_error: str | None = None
-        self.store = StateStore(Path(state_path), hash_seed, on_error=self._state_error) if state_path else None
-        self._servers: dict[Path, asyncio.AbstractServer] = {}
-        self._locks: list[int] = []
+        self._config_lock = asyncio.Lock()  # one patch-layer write (or reload) at a time
+        store = StateStore(Path(state_path), hash_seed, on_error=self._state_error) if state_path else None
+        self.keeper = StateKeeper(self.session, store, self._saved) if store is not None else None
         self._tasks: list[asyncio.Task[Any]] = []
-        self._commands: deque[CommandJob] = deque()
-        self._running_commands: set[asyncio.Task[None]] = set()
-        self.interrupt_timeout = INTERRUPT_COMMAND_TIMEOUT
-        self._config_lock: asyncio.Lock | None = None
+        self._jobs: set[asyncio.Task[Any]] = set()
         self._pump_scheduled = False
-        self._save_wanted: asyncio.Event | None = None
-        self._waiting_for_save: list[DurableJob] = []
-        self._bound: dict[Path, tuple[int, int]] = {}  # socket path -> (device, inode) as bound
-        self.woken_again = False
-        self._saved_checks = -1
-        self._saved_guard_at = 0.0
+        self._woken_again = False
         self._stopped = asyncio.Event()
+
+    @property
+    def interrupt_timeout(self) -> float:
+        return self.commands.timeout
+
+    @interrupt_timeout.setter
+    def interrupt_timeout(self, seconds: float) -> None:
+        self.commands.timeout = seconds
+
+    @property
+    def commands_in_flight(self) -> int:
+        """Interrupt commands waiting or running."""
+        return self.commands.in_flight
 
     # -- lifecycle ----------------------------------------------------------------------------
 
     async def start(self) -> None:
         """Take both socket paths (refusing a live holder), load the saved state and the config, listen."""
-        self._config_lock = asyncio.Lock()
-        self._save_wanted = asyncio.Event()
-        env_hint = f"--operator-socket PATH / ${OPERATOR_SOCKET_ENV}"
-        for path, hint in ((self.socket_path, None), (self.operator_path, env_hint)):
-            try:
-                check_length(path)
-                if hint is None:
-                    ensure_private_dir(path.parent)
-                else:
-                    ensure_private_dir(path.parent, override=hint)
-            except SocketPathError as exc:
-                raise ServerError(str(exc)) from None
         if self.operator_path.parent == self.socket_path.parent:
             raise ServerError(
                 f"the operator's socket {self.operator_path} is in the harness socket's directory: it needs a "
                 "directory of its own, so that reaching one does not reach the other"
             )
         try:
-            for path in (self.socket_path, self.operator_path):
-                self._take_lock(path)
+            for listener in self.listeners.values():
+                listener.prepare()
             if self.watcher is not None and self.sources is not None:
                 for removed in clean_stale_temps(self.sources):
                     log.info("removed %s, left by a write that was killed", removed)
                 await self.watcher.reload_async()
                 if self.watcher.current is None and self.watcher.error is not None:
                     log.error("config not loaded, running with the built-in defaults: %s", self.watcher.error)
-            self._restore()
-            loop = asyncio.get_running_loop()
-            for path, plane in ((self.socket_path, HARNESS), (self.operator_path, OPERATOR)):
-                sock = self._bind(path)
-                # A burst of hook processes connects at once; the kernel caps this at net.core.somaxconn.
-                server = await loop.create_unix_server(self._factory(plane), sock=sock, backlog=4096)
-                self._servers[path] = server
+            if self.keeper is not None:
+                self.keeper.restore()
+            for plane, listener in self.listeners.items():
+                await listener.listen(self._factory(plane))
         except BaseException:
-            self._close_servers()
-            self._release_locks()
-            if self.store is not None:
-                self.store.close()
+            for listener in self.listeners.values():
+                listener.release()
+            if self.keeper is not None:
+                self.keeper.store.close()
             raise
         if peer_option() is None:
             log.warning(
@@ -283,8 +240,8 @@ class GuardServer:
         if self.watcher is not None:
             self._tasks.append(asyncio.create_task(self.watcher.run(self._stopped, reload=self._reload), name="watch"))
         self._tasks.append(asyncio.create_task(self._ticker(), name="subscriber-tick"))
-        if self.store is not None and self.store.running:
-            self._tasks.append(asyncio.create_task(self._saver(), name="state-saver"))
+        if self.keeper is not None and self.keeper.store.running:
+            self._tasks.append(asyncio.create_task(self.keeper.run(), name="state-saver"))
         log.info(
             "guard %s listening on %s (harnesses) and %s (operator); pid %d, protocol %d",
             __version__,
@@ -297,64 +254,6 @@ class GuardServer:
     def _factory(self, plane: str) -> Callable[[], _Conn]:
         return lambda: _Conn(self, plane)
 
-    def _bind(self, path: Path) -> socket.socket:
-        self._clear_stale(path)
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        old = os.umask(0o177)
-        try:
-            sock.bind(str(path))
-        finally:
-            os.umask(old)
-        os.chmod(path, 0o600)
-        sock.setblocking(False)
-        st = os.stat(path)
-        self._bound[path] = (st.st_dev, st.st_ino)
-        return sock
-
-    def _take_lock(self, path: Path) -> None:
-        lock_path = path.with_name(path.name + ".lock")
-        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = os.read(fd, 64).decode(errors="replace").strip()
-            os.close(fd)
-            raise ServerError(f"another guard is already serving {path}: {_describe_pid(holder)}") from None
-        os.ftruncate(fd, 0)
-        os.write(fd, f"{os.getpid()}\n".encode())
-        self._locks.append(fd)
-
-    def _release_locks(self) -> None:
-        for fd in self._locks:
-            os.close(fd)  # closing releases the flock
-        self._locks.clear()
-
-    def _close_servers(self) -> None:
-        for server in self._servers.values():
-            server.close()
-        self._servers.clear()
-
-    @staticmethod
-    def _clear_stale(path: Path) -> None:
-        try:
-            st = os.lstat(path)
-        except FileNotFoundError:
-            return
-        if not stat.S_ISSOCK(st.st_mode):
-            raise ServerError(f"{path} exists and is not a socket; refusing to replace it")
-        probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        probe.settimeout(0.5)
-        try:
-            probe.connect(str(path))
-        except OSError:
-            log.info("removed a stale socket at %s", path)
-            os.unlink(path)
-            return
-        else:
-            raise ServerError(f"{path} is held by a live process that is not a guard of ours; refusing to replace it")
-        finally:
-            probe.close()
-
     async def serve_forever(self) -> None:
         await self._stopped.wait()
 
@@ -362,23 +261,23 @@ class GuardServer:
         if self._stopped.is_set():
             return
         self._stopped.set()
-        self._close_servers()
+        for listener in self.listeners.values():
+            listener.close()
         for conn in list(self.conns.values()):
             if conn.transport is not None:
                 conn.transport.close()
-        for task in [*self._tasks, *self._running_commands]:
+        for task in [*self._tasks, *self._jobs]:
             task.cancel()
-        for task in [*self._tasks, *self._running_commands]:
+        for task in [*self._tasks, *self._jobs]:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
-        if self.store is not None and self.store.running:
-            await self._save(everything=True)
-            await asyncio.to_thread(self.store.close)
+        await self.commands.stop()
+        if self.keeper is not None and self.keeper.store.running:
+            await self.keeper.save(everything=True)
+            await asyncio.to_thread(self.keeper.store.close)
         await asyncio.to_thread(self.incidents.close)
-        for path in (self.socket_path, self.operator_path):
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(path)
-        self._release_locks()
+        for listener in self.listeners.values():
+            listener.release()
         log.info("guard stopped")
 
     # -- output and jobs ------------------------------------------------------------------------
@@ -386,12 +285,11 @@ class GuardServer:
     def flush(self) -> None:
         """Write every woken connection's output, and start the jobs the session asked for."""
         session = self.session
-        self.woken_again = True
-        while self.woken_again:
-            self.woken_again = False
+        self._woken_again = True
+        while self._woken_again:
+            self._woken_again = False
             while session.woken:
-                ch = session.woken.pop()
-                conn = self.conns.get(ch)
+                conn = self.conns.get(session.woken.pop())
                 if conn is not None:
                     conn.write_out()
             self._start_jobs()
@@ -407,21 +305,26 @@ class GuardServer:
                 ):
                     session.stats.incidents_dropped = self.incidents.dropped
             elif isinstance(job, DurableJob):
-                if self.store is not None and self.store.running and self._save_wanted is not None:
-                    self._waiting_for_save.append(job)  # one save answers every change made before it
-                    self._save_wanted.set()
+                if self.keeper is not None and self.keeper.store.running:
+                    self.keeper.wait_for_save(job)  # one save answers every change made before it
                 else:
                     session.complete(job.channel, job.slot, job.data)
-                    self.woken_again = True
+                    self._woken_again = True
             elif isinstance(job, ConfigJob):
                 self._spawn(self._config_set(job))
             elif isinstance(job, CommandJob):
-                self._queue_command(job)
+                self.commands.submit(job.argv, job.agent)
+                session.stats.commands_dropped = self.commands.dropped
+
+    def _saved(self, jobs: list[DurableJob]) -> None:
+        for job in jobs:
+            self.session.complete(job.channel, job.slot, job.data)
+        self.flush()
 
     def _spawn(self, coro: Any) -> None:
         task = asyncio.get_running_loop().create_task(coro)
-        self._running_commands.add(task)
-        task.add_done_callback(self._running_commands.discard)
+        self._jobs.add(task)
+        task.add_done_callback(self._jobs.discard)
 
     def wake_pump(self) -> None:
         """Frames may be waiting for a subscriber that just caught up: build them soon."""
@@ -445,8 +348,9 @@ class GuardServer:
         while True:
             await asyncio.sleep(self.tick)
             ticks += 1
-            if ticks % 10 == 0:
-                await self._check_sockets()
+            if ticks % 10 == 0:  # about once a second: is each socket file still ours?
+                for plane, listener in self.listeners.items():
+                    await listener.recheck(self._factory(plane))
             try:
                 self._refresh_stats()
                 self.session.tick(time.monotonic())
@@ -455,46 +359,25 @@ class GuardServer:
             except Exception:  # never let a display bug stop the guard
                 log.exception("publishing state to subscribers failed")
 
-    async def _check_sockets(self) -> None:
-        """A socket file removed from under the guard (a tool call in a sandbox that may write the
-        directory can) would make every harness fail open: bind it again, and say so. One replaced
-        by another process's is never touched: the log says whose it may be."""
-        for path, (dev, ino) in list(self._bound.items()):
-            try:
-                st = os.lstat(path)
-            except FileNotFoundError:
-                log.error("the socket %s was removed while the guard was serving it; listening there again", path)
-                self._servers[path].close()
-                plane = HARNESS if path == self.socket_path else OPERATOR
-                try:
-                    sock = self._bind(path)
-                    new = await asyncio.get_running_loop().create_unix_server(
-                        self._factory(plane), sock=sock, backlog=4096
-                    )
-                except OSError as exc:
-                    log.error("cannot listen on %s again: %s", path, exc)
-                    continue
-                self._servers[path] = new
-                continue
-            except OSError:
-                continue
-            if (st.st_dev, st.st_ino) != (dev, ino):
-                log.error(
-                    "the socket %s was replaced by another file (owner uid %d) while the guard served it: harnesses "
-                    "may be talking to an impostor; the guard leaves it alone",
-                    path,
-                    st.st_uid,
-                )
-                self._bound[path] = (st.st_dev, st.st_ino)  # say it once
-
     def _refresh_stats(self) -> None:
         stats = self.session.stats
         stats.incident_log = self.incidents.path
         stats.incident_log_error = self.incidents.last_error
         stats.incidents_dropped = self.incidents.dropped
-        if self.store is not None:
-            stats.state_file = str(self.store.path)
-            stats.state_error = self.store.error
+        stats.commands_dropped = self.commands.dropped
+        if self.keeper is not None:
+            stats.state_file = str(self.keeper.store.path)
+            stats.state_error = self.keeper.store.error or stats.state_error
+
+    def _fill_command(self, agent: str, reason: str) -> list[str] | None:
+        template = self.guard.config.interrupt_command
+        return fill_command(template, agent, reason) if template else None
+
+    def _incident_error(self, message: str) -> None:
+        log.warning("%s (decisions are unaffected)", message)
+
+    def _state_error(self, message: str) -> None:
+        self.session.stats.state_error = message
 
     # -- config ---------------------------------------------------------------------------------
 
@@ -514,67 +397,33 @@ class GuardServer:
         self.guard.config = config
         self.incidents.path = config.incident_log
 
-    def _incident_error(self, message: str) -> None:
-        log.warning("%s (decisions are unaffected)", message)
-
     def _config_frame(self) -> ConfigFrame:
         loaded = self.watcher.current if self.watcher is not None else None
-        target = None
-        if loaded is not None:
-            with contextlib.suppress(ConfigError):
-                target = str(loaded.write_target())
-        return ConfigFrame(
-            values=self.guard.config.to_mapping(),
-            disabled=bool(loaded and loaded.disabled),
-            source=str(loaded.config_from.path) if loaded and loaded.config_from else None,
-            target=target,
-            layers=[str(layer.path) for layer in loaded.layers] if loaded else [],
-            notes=list(loaded.notes) if loaded else list(self.guard.config.warnings),
-            error=self._config_error,
-        )
+        return config_frame(self.guard.config, loaded, self._config_error)
 
     async def _reload(self) -> bool:
         """A reload by the file watch: one at a time with config writes, the parse off the loop."""
-        assert self._config_lock is not None and self.watcher is not None
+        assert self.watcher is not None
         async with self._config_lock:
             return await self.watcher.reload_async()
 
-    def _write_changes(self, changes: dict[str, Any]) -> tuple[Loaded, Path]:
-        """On a worker thread: read the layers as they are now, apply `changes` on top, write the target
-        layer only if nobody changed it meanwhile (else read again and retry), read back what is in force."""
-        assert self.sources is not None
-        for _ in range(CONFIG_WRITE_TRIES):
-            loaded = load(self.sources)
-            target = loaded.write_target()
-            base = read_text(target)
-            current = load(self.sources)  # read after `base`: a change in between is caught by the write
-            new = Config.from_mapping({**current.config.to_mapping(), **changes})
-            try:
-                write_config(target, new, based_on=NO_FILE if base is None else base)
-            except PatchConflict:
-                continue
-            return load(self.sources), target
-        raise ConfigError(f"the patch layer kept changing while it was written ({CONFIG_WRITE_TRIES} tries); try again")
-
     async def _config_set(self, job: ConfigJob) -> None:
-        session = self.session
         try:
             reply = await self._config_change(job.changes)
         except Exception as exc:  # a bug here must not leave the connection's replies stuck
             log.exception("config_set failed")
             reply = ErrorReply("internal", f"config_set failed: {exc}")
-        if session.complete(job.channel, job.slot, reply.encode(job.rid)):
+        if self.session.complete(job.channel, job.slot, reply.encode(job.rid)):
             conn = self.conns.get(job.channel)
             if conn is not None:
-                conn.schedule_turn()
+                conn.schedule_turn()  # its requests that waited for the change go on
         self.flush()
 
     async def _config_change(self, changes: dict[str, Any]) -> ConfigReply | ErrorReply:
-        """Validate, write the patch layer (off the loop, one write at a time), apply; the reply comes
-        only once the change is on disk and in force."""
-        assert self._config_lock is not None
+        """Write the patch layer (off the loop, one write at a time) and apply; the reply comes only
+        once the change is on disk and in force."""
         async with self._config_lock:
-            if self.watcher is None:
+            if self.watcher is None or self.sources is None:
                 try:
                     new = Config.from_mapping({**self.guard.config.to_mapping(), **changes})
                 except ConfigError as exc:
@@ -584,9 +433,7 @@ class GuardServer:
                 log.info("config set by the operator %s; in memory only (no patch layer)", changes)
                 return ConfigReply(self._config_frame(), None, set=True)
             try:
-                loaded, target = await asyncio.to_thread(self._write_changes, changes)
-            except PatchConflict as exc:
-                return ErrorReply("write_failed", f"config not saved: {exc}")
+                loaded, target = await asyncio.to_thread(write_changes, self.sources, changes)
             except ConfigError as exc:
                 if self.watcher.current is None and self.watcher.error is not None:
                     return ErrorReply("config_broken", f"fix the patch layer first: {self.watcher.error}")
@@ -599,233 +446,10 @@ class GuardServer:
             log.info("config set by the operator %s; written to %s", changes, target)
             return ConfigReply(self._config_frame(), str(target), set=True)
 
-    # -- interrupt commands ---------------------------------------------------------------------
-
-    def _fill_command(self, agent: str, reason: str) -> list[str] | None:
-        template = self.guard.config.interrupt_command
-        return fill_command(template, agent, reason) if template else None
-
-    def _queue_command(self, job: CommandJob) -> None:
-        if any(queued.agent == job.agent for queued in self._commands):
-            return  # already waiting for this agent: once is enough
-        if len(self._commands) >= INTERRUPT_COMMANDS_QUEUED:
-            self.session.stats.commands_dropped += 1
-            if self.session.stats.commands_dropped == 1 or self.session.stats.commands_dropped % 100 == 0:
-                log.warning(
-                    "interrupt command for agent %r dropped: %d commands already wait (%d dropped so far)",
-                    job.agent,
-                    len(self._commands),
-                    self.session.stats.commands_dropped,
-                )
-            return
-        self._commands.append(job)
-        self._start_commands()
-
-    @property
-    def commands_in_flight(self) -> int:
-        """Interrupt commands waiting or running."""
-        running = sum(1 for t in self._running_commands if t.get_name() == "interrupt-command")
-        return len(self._commands) + running
-
-    def _start_commands(self) -> None:
-        running = sum(1 for t in self._running_commands if t.get_name() == "interrupt-command")
-        while self._commands and running < INTERRUPT_COMMANDS_AT_ONCE and not self._stopped.is_set():
-            job = self._commands.popleft()
-            task = asyncio.get_running_loop().create_task(
-                self._interrupt_command(job.argv, job.agent), name="interrupt-command"
-            )
-            self._running_commands.add(task)
-            task.add_done_callback(self._command_done)
-            running += 1
-
-    def _command_done(self, task: asyncio.Task[None]) -> None:
-        self._running_commands.discard(task)
-        if not self._stopped.is_set():
-            self._start_commands()
-
-    async def _interrupt_command(self, argv: list[str], agent: str) -> None:
-        """Run the operator's interrupt command (no shell), bounded in time and output; log how it ended."""
-        try:
-            proc = await asyncio.create_subprocess_exec(
-                *argv,
-                stdin=asyncio.subprocess.DEVNULL,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.STDOUT,
-                start_new_session=True,  # its own process group: a timeout kills its children too
-            )
-        except OSError as exc:
-            if exc.errno in (24, 23):  # EMFILE, ENFILE
-                log.warning(
-                    "interrupt command for agent %r could not start: out of file descriptors (%s); checks go on",
-                    agent,
-                    exc,
-                )
-            else:
-                log.warning("interrupt command for agent %r could not start (%s): %s", agent, argv[0], exc)
-            return
-        except ValueError as exc:
-            log.warning("interrupt command for agent %r could not start (%s): %s", agent, argv[0], exc)
-            return
-        kept = bytearray()
-
-        async def drain() -> None:
-            assert proc.stdout is not None
-            while chunk := await proc.stdout.read(65536):
-                kept.extend(chunk[: max(0, INTERRUPT_COMMAND_OUTPUT - len(kept))])
-            await proc.wait()
-
-        try:
-            await asyncio.wait_for(drain(), self.interrupt_timeout)
-        except TimeoutError:
-            _kill_group(proc.pid)
-            await proc.wait()
-            log.warning(
-                "interrupt command for agent %r timed out after %g s and was killed; output: %s",
-                agent,
-                self.interrupt_timeout,
-                _shown(kept),
-            )
-            return
-        except asyncio.CancelledError:  # the guard is stopping
-            _kill_group(proc.pid)
-            raise
-        level = logging.INFO if proc.returncode == 0 else logging.WARNING
-        log.log(level, "interrupt command for agent %r exited %s; output: %s", agent, proc.returncode, _shown(kept))
-
-    # -- the state file -------------------------------------------------------------------------
-
-    def _restore(self) -> None:
-        if self.store is None:
-            return
-        loaded = self.store.open()
-        for note in loaded.notes:
-            log.warning("state: %s", note)
-        if loaded.agents or loaded.guard is not None:
-            guard_record = loaded.guard or GuardRecord()
-            self.session.restore(
-                ((r.state, r.harness, r.parent) for r in loaded.agents),
-                guard_record.interrupts,
-                paused=guard_record.paused,
-                checks=guard_record.checks,
-                denies=guard_record.denies,
-                windows=loaded.windows,
-            )
-            log.info(
-                "state restored from %s: %d agent(s), %d interrupt(s)%s",
-                self.store.path,
-                len(loaded.agents),
-                len(guard_record.interrupts),
-                ", guard paused" if guard_record.paused else "",
-            )
-        self.session.stats.state_file = str(self.store.path)
-        self._saved_checks = self.guard.checks
-
-    def _state_error(self, message: str) -> None:
-        self.session.stats.state_error = message
-
-    def _guard_record(self) -> GuardRecord:
-        interrupts = []
-        for agent, reason, denies in self.guard.interrupts():
-            meta = self.session.meta.get(agent)
-            interrupts.append((agent, reason, denies, meta.harness if meta else "", meta.parent if meta else None))
-        return GuardRecord(self.guard.paused, self.guard.checks, dict(self.guard.denies), interrupts)
-
-    async def _save(self, *, everything: bool = False) -> None:
-        """Hand what changed to the state file's thread, a slice at a time; returns once it is on disk."""
-        store, session = self.store, self.session
-        if store is None or not store.running:
-            return
-        items: list[Any] = []
-        while True:
-            batch, more = session.take_unsaved(SAVE_SLICE)
-            items.extend(batch)
-            if not more:
-                break
-            await asyncio.sleep(0)  # exporting thousands of agents: checks are answered in between
-        now = time.monotonic()
-        counters_due = self.guard.checks != self._saved_checks and now - self._saved_guard_at > 2.0
-        if session.unsaved_guard or counters_due or everything:
-            session.unsaved_guard = False
-            self._saved_checks, self._saved_guard_at = self.guard.checks, now
-            items.append(self._guard_record())
-        if not items:
-            return
-        done = asyncio.get_running_loop().create_future()
-        loop = asyncio.get_running_loop()
-
-        def settle() -> None:
-            if not done.done():
-                done.set_result(None)
-
-        def written() -> None:
-            loop.call_soon_threadsafe(settle)
-
-        store.save(items, written)
-        await done
-
-    async def _saver(self) -> None:
-        """Save what changed every SAVE_EVERY seconds, and at once when an operator's change waits
-        for it; every change that waited is answered by the save that started after it."""
-        assert self._save_wanted is not None
-        while True:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._save_wanted.wait(), SAVE_EVERY)
-            self._save_wanted.clear()
-            waiting, self._waiting_for_save = self._waiting_for_save, []
-            try:
-                await self._save()
-            except Exception:
-                log.exception("saving the guard's state failed")
-            finally:
-                for job in waiting:
-                    self.session.complete(job.channel, job.slot, job.data)
-                if waiting:
-                    self.flush()
-
 
 def _bad_config(exc: ConfigError) -> ErrorReply:
     problems = [{"key": p.key, "expected": p.expected, "found": p.found} for p in exc.problems]
     return ErrorReply("bad_config", str(exc), problems)
-
-
-def fill_command(template: tuple[str, ...] | list[str], agent: str, reason: str) -> list[str]:
-    """The interrupt command's argv: `{agent}` and `{reason}` replaced in each argument, in one pass
-    (a reason holding "{agent}" stays as written). Never a shell string: each element is one argument,
-    and the program (the first element, which the config keeps free of placeholders) is never filled."""
-    values = {"agent": agent, "reason": reason}
-    program, *args = template
-    return [program, *(_PLACEHOLDER.sub(lambda m: values[m.group(1)], arg) for arg in args)]
-
-
-def _kill_group(pid: int) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pid, signal.SIGKILL)
-
-
-def _shown(output: bytes | bytearray) -> str:
-    text = bytes(output).decode("utf-8", "replace").strip()
-    if len(output) >= INTERRUPT_COMMAND_OUTPUT:
-        text += " [...]"
-    return repr(text) if text else "(none)"
-
-
-def _describe_pid(text: str) -> str:
-    """`pid 4242 (cbconsole --headless …)`: the command line where /proc has it, else `ps`, else the pid."""
-    try:
-        pid = int(text)
-    except ValueError:
-        return "a process whose pid is unknown"
-    cmdline = ""
-    try:
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
-    except OSError:
-        import subprocess
-
-        with contextlib.suppress(OSError, subprocess.SubprocessError):
-            cmdline = subprocess.run(
-                ["ps", "-o", "command=", "-p", str(pid)], capture_output=True, text=True, timeout=2
-            ).stdout.strip()
-    return f"pid {pid}" + (f" ({cmdline})" if cmdline else "")
 
 
 def _install_uvloop() -> str:
