@@ -388,6 +388,8 @@ def decode_request(frame: bytes | memoryview) -> Request:
         raise ProtocolError("bad_json", f"not valid JSON: {exc}") from None
     if type(msg) is not dict:
         raise ProtocolError("not_object", f"a request must be a JSON object, found {_found(msg)}")
+    if msg.get("op") == "check" and type(msg.get("id")) is not float:
+        return Check.decode(msg)  # the hot path: one comparison instead of the lookups below
     rid = msg.get("id")
     if type(rid) is float:
         rid = msg["id"] = _exact_id(frame, rid)

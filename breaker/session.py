@@ -335,7 +335,10 @@ class ServerSession:
     def _account(self, ch: Channel) -> bool:
         """Count what `ch` buffers past its private allowance against the shared pool; a connection
         that would overflow the pool is told `busy` and closed. False if it was."""
-        over = max(0, len(ch.buf) - PRIVATE_BUFFER)
+        size = len(ch.buf)
+        if size <= PRIVATE_BUFFER and not ch.pooled:
+            return True  # the common case: a few hundred bytes, nothing to count
+        over = max(0, size - PRIVATE_BUFFER)
         if over > ch.pooled and self.pooled - ch.pooled + over > self.pool:
             log.warning(
                 "closed a connection (pid %s) buffering a %d-byte frame: %d bytes of large frames are already "
@@ -472,7 +475,8 @@ class ServerSession:
             return Decision(True).encode(rid)
         if v.first:
             self._trip(agent, req.tool, v.kind or "", v.count, v.limit, now)
-        return Decision(False, v.kind, v.reason, v.count, v.limit).encode(rid)
+        deny = {"id": rid, "decision": "deny", "kind": v.kind, "reason": v.reason, "count": v.count, "limit": v.limit}
+        return encode_frame(deny)  # a Decision's shape, without building one (test_protocol_doc holds the fields)
 
     def _trip(self, agent: str, tool: str, kind: str, count: int, limit: int, now: float) -> None:
         self.jobs.append(IncidentJob(kind, tool, count, limit, agent, now))

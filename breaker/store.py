@@ -18,6 +18,7 @@ import array
 import base64
 import contextlib
 import logging
+import mmap
 import os
 import queue
 import struct
@@ -192,6 +193,23 @@ def _decode_guard(body: memoryview) -> GuardRecord:
     ]
     denies = {str(k): int(v) for k, v in (obj.get("denies") or {}).items()}
     return GuardRecord(bool(obj.get("paused")), int(obj.get("checks") or 0), denies, interrupts)
+
+
+def _last_spans(data: Any) -> list[tuple[int, int]]:
+    """(start, end) of the last record of every agent still there, then of the last guard record."""
+    last: dict[str, tuple[int, int]] = {}
+    guard: tuple[int, int] | None = None
+    for n, (at, kind, ident, _body, end) in enumerate(_records(data)):
+        if kind == _AGENT:
+            last.pop(ident, None)
+            last[ident] = (at, end)
+        elif kind == _GONE:
+            last.pop(ident, None)
+        elif kind == _GUARD:
+            guard = (at, end)
+        if n % 256 == 255:
+            time.sleep(0)  # the event loop's thread gets the interpreter between slices
+    return [*last.values(), *([guard] if guard is not None else [])]
 
 
 def read_hash_seed(path: Path) -> int | None:
@@ -403,28 +421,22 @@ class StateStore:
                     done()
 
     def _live_records(self) -> list[bytes]:
-        """The last record of every agent still there, and the last guard record, in file order."""
+        """The last record of every agent still there, and the last guard record, in file order.
+
+        The file is mapped, not read: only the records kept are copied, so a compaction costs the
+        guard what the agents weigh, not what the file grew to."""
         try:
             with open(self.path, "rb") as f:
-                data = f.read()
-        except OSError:
+                if os.fstat(f.fileno()).st_size == 0:
+                    return []
+                data = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        except (OSError, ValueError):
             return []
-        last: dict[str, tuple[int, bytes]] = {}
-        guard: bytes | None = None
-        for n, (at, kind, ident, _body, end) in enumerate(_records(data)):
-            if kind == _AGENT:
-                last.pop(ident, None)
-                last[ident] = (at, data[at:end])
-            elif kind == _GONE:
-                last.pop(ident, None)
-            elif kind == _GUARD:
-                guard = data[at:end]
-            if n % 256 == 255:
-                time.sleep(0)
-        out = [record for _at, record in last.values()]
-        if guard is not None:
-            out.append(guard)
-        return out
+        try:
+            spans = _last_spans(data)  # its memoryviews into the map are gone when it returns
+            return [data[at:end] for at, end in spans]
+        finally:
+            data.close()
 
     def _maybe_compact(self) -> None:
         live = self._live_records()
