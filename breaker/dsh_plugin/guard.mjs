@@ -280,7 +280,6 @@ export class GuardConnection {
             harness: this.harness,
             version: this.version,
             pid: process.pid,
-            capabilities: ['interrupt'],
             role: 'harness',
             protocol: PROTOCOL_VERSION,
           }),
