@@ -23,7 +23,8 @@ from breaker.protocol import (
     StateFrame,
     TripRow,
 )
-from breaker.session import DurableJob, ServerSession
+from breaker.session import ServerSession
+from tests.sessionkit import settle
 
 DOC = (Path(__file__).resolve().parents[1] / "PROTOCOL.md").read_text()
 
@@ -111,12 +112,7 @@ def test_each_reply_has_exactly_the_fields_its_op_declares(op):
     if op == "check":  # a deny carries every field; an allow only `decision`
         session.receive(ch, b'{"op":"check","id":0,"agent":"a","tool":"t","args":{}}\n')
     session.receive(ch, orjson.dumps({"op": op, "id": 1, **REQUESTS[op]}) + b"\n")
-    while session.jobs:
-        job = session.jobs.popleft()
-        if isinstance(job, DurableJob):
-            session.complete(job.channel, job.slot, job.data)
-    while session.pump():
-        pass
+    settle(session)
     replies = [r for r in map(orjson.loads, ch.take_output().splitlines()) if r.get("id") == 1]
     (reply,) = replies
     assert sorted(k for k in reply if k != "id") == sorted(OPS[op].REPLY), reply

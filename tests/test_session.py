@@ -24,6 +24,7 @@ from breaker.session import (
     ServerSession,
     Slot,
 )
+from tests.sessionkit import settle
 
 UID = 1000
 
@@ -56,10 +57,7 @@ def replies(session: ServerSession, ch) -> list[dict]:
 
 def settle_jobs(session: ServerSession) -> None:
     """Do what the transport does for the jobs that need no I/O here: durable saves complete at once."""
-    while session.jobs:
-        job = session.jobs.popleft()
-        if isinstance(job, DurableJob):
-            session.complete(job.channel, job.slot, job.data)
+    settle(session)
 
 
 # -- planes -----------------------------------------------------------------------------------------

@@ -14,7 +14,8 @@ import orjson
 import pytest
 
 from breaker import Config, Guard
-from breaker.session import DurableJob, ServerSession
+from breaker.session import ServerSession
+from tests.sessionkit import settle
 
 
 def check(i, agent, tool, args, **extra):
@@ -32,14 +33,7 @@ class Guardian:
         return Wire(self, plane)
 
     def settle(self) -> None:
-        """What the transport does with the jobs: here, an operator's change is saved at once."""
-        session = self.session
-        while session.jobs:
-            job = session.jobs.popleft()
-            if isinstance(job, DurableJob):
-                session.complete(job.channel, job.slot, job.data)
-        while session.pump():
-            pass
+        settle(self.session)
 
 
 class Wire:
