@@ -24,10 +24,11 @@ import threading
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 
+from breaker.keys import result_digest
 from breaker.paths import check_peer, check_socket, default_operator_socket_path, default_socket_path
 from breaker.protocol import (
     ClientSession,
@@ -47,7 +48,9 @@ __all__ = [
     "GuardClient",
     "GuardError",
     "GuardUnavailable",
+    "Reported",
     "operator_client",
+    "result_digest",
 ]
 
 log = logging.getLogger("cbconsole.client")
@@ -64,6 +67,35 @@ class GuardError(RuntimeError):
         self.code = code
         self.message = message
         self.reply = reply or {}
+
+
+class Reported(NamedTuple):
+    """The guard's answer to a reported result: whether it found the call, and the warning the
+    call's check gave ("" if none) for a harness that shows the model a warning with the result."""
+
+    matched: bool
+    warning: str
+
+
+def _result_fields(
+    agent: str, result: Any, digest: str | None, call_id: str | int | None, tool: str | None, args: Any
+) -> dict[str, Any]:
+    fields: dict[str, Any] = {"agent": agent, "digest": digest if digest is not None else result_digest(result)}
+    if call_id is not None:
+        fields["call_id"] = call_id
+    if tool is not None:
+        fields["tool"] = tool
+        try:
+            orjson.dumps(args)
+            fields["args"] = args
+        except TypeError:
+            fields["args"] = None
+    return fields
+
+
+def _reported(msg: dict[str, Any]) -> Reported:
+    warning = msg.get("warning")
+    return Reported(msg.get("matched") is True, warning if isinstance(warning, str) else "")
 
 
 def _check_frame(rid: int, fields: dict[str, Any]) -> dict[str, Any]:
@@ -211,6 +243,27 @@ class GuardClient:
             return _decision(reply)
         except (GuardUnavailable, GuardError) as exc:
             return self._health.decide(exc)
+
+    def result(
+        self,
+        agent: str,
+        result: Any = None,
+        *,
+        digest: str | None = None,
+        call_id: str | int | None = None,
+        tool: str | None = None,
+        args: Any = None,
+    ) -> Reported:
+        """Report a call's result (after it ran): its `digest` (or the `result` itself, digested
+        here with `result_digest`; only the digest is sent). Name the call by the `call_id` given
+        to `check`, else by its `tool` and `args`. A repeat whose result changed counts as progress
+        under rules with `progress`. Never raises: when the guard cannot be told, nothing happens
+        (the call counts as one whose result never came)."""
+        fields = _result_fields(agent, result, digest, call_id, tool, args)
+        try:
+            return _reported(self.request("result", **fields))
+        except (GuardUnavailable, GuardError):
+            return Reported(False, "")
 
     def agent_end(self, agent: str) -> bool:
         """Tell the guard an agent is gone (frees its state). False if the guard could not be told."""
@@ -384,6 +437,23 @@ class AsyncGuardClient:
             return _decision(await self._ask(frame, self.timeout))
         except (GuardUnavailable, GuardError) as exc:
             return self._health.decide(exc)
+
+    async def result(
+        self,
+        agent: str,
+        result: Any = None,
+        *,
+        digest: str | None = None,
+        call_id: str | int | None = None,
+        tool: str | None = None,
+        args: Any = None,
+    ) -> Reported:
+        """As GuardClient.result."""
+        fields = _result_fields(agent, result, digest, call_id, tool, args)
+        try:
+            return _reported(await self.request("result", **fields))
+        except (GuardUnavailable, GuardError):
+            return Reported(False, "")
 
     async def agent_end(self, agent: str) -> bool:
         try:

@@ -17,7 +17,7 @@ import typing
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 __all__ = [
     "BY_KEY",
@@ -37,6 +37,12 @@ __all__ = [
     "settings_markdown",
 ]
 
+DEFAULT_WARN_MESSAGE = (
+    "Circuit breaker warning ({rule}): this {tool} call is number {count} of the {limit} {how} the guard "
+    "allows; it denies any more. Repeating it will not get you anything new: use what you already have, "
+    "change your approach, or report that you are stuck."
+)
+
 DEFAULT_DENY_MESSAGE = (
     "Circuit breaker ({kind}): {tool} denied at {count}/{limit}. This agent has either run this "
     "exact call too many times or used up its tool-call budget, and running it again will not give "
@@ -49,14 +55,31 @@ MAX_WINDOW = 100_000
 MAX_LIMIT = 1_000_000_000
 MAX_AGENTS = 1_000_000
 MAX_GUARD_TIMEOUT_MS = 60_000
+MAX_PERIOD = 8  # the longest cycle the cycle rule looks for: each period costs a comparison per call
 
-Kind = Literal["bool", "int", "names", "str", "argv"]
+# Per-tool overrides (`tools`): the keys one tool may set, and the setting whose range each follows.
+TOOL_KEYS: dict[str, str] = {
+    "duplicateLimit": "duplicateLimit",
+    "duplicateWarn": "duplicateWarn",
+    "repeatLimit": "repeatLimit",
+    "repeatWarn": "repeatWarn",
+    "stallLimit": "stallLimit",
+    "stallWarn": "stallWarn",
+    "maxCalls": "maxCallsPerAgent",  # a cap on this tool's calls, per agent
+    "maxCallsWarn": "capWarn",
+    "progress": "progress",
+}
+
+Kind = Literal["bool", "int", "names", "str", "argv", "choice", "tools"]
 """A setting's type: true/false; an integer in a range; a list of tool or argument names; a string;
-a command (argv: a fixed program, then its arguments)."""
+a command (argv: a fixed program, then its arguments); one word of a fixed set; per-tool overrides
+(a mapping of tool names to some of the rules' settings)."""
 Part = Literal["engine", "server", "dsh plugin"]
 """Who reads a setting: the engine's decisions, the guard server process, or the dsh plugin (in dsh's process)."""
 
-Value: typing.TypeAlias = bool | int | str | tuple[str, ...]
+ToolOverrides: typing.TypeAlias = tuple[tuple[str, tuple[tuple[str, int | bool], ...]], ...]
+"""Per-tool overrides, normalised (hashable, ordered): ((tool, ((key, value), ...)), ...)."""
+Value: typing.TypeAlias = bool | int | str | tuple[str, ...] | ToolOverrides
 
 _KINDS: tuple[Kind, ...] = typing.get_args(Kind)
 _PARTS: tuple[Part, ...] = typing.get_args(Part)
@@ -74,6 +97,7 @@ class Setting:
     low: int = 0  # kind "int": the smallest value allowed
     high: int = 0  # kind "int": the largest
     patch_only: bool = False  # runs a program: set only in the patch file the user edits, never over a socket
+    choices: tuple[str, ...] = ()  # kind "choice": the words allowed
     default_text: str = ""  # the docs' words for a default too long for a table cell (shown in full below it)
     attr: str = field(init=False)  # the Config attribute: the key in snake_case
 
@@ -84,6 +108,8 @@ class Setting:
             wrong.append("the key is not camelCase")
         if self.kind not in _KINDS:
             wrong.append(f"the kind is not one of {', '.join(_KINDS)}")
+        if self.kind == "choice" and self.default not in self.choices:
+            wrong.append(f"the default {self.default!r} is not one of its choices")
         if self.kind == "int" and not self.low <= self.high:
             wrong.append(f"low ({self.low}) is above high ({self.high})")
         if not self.help or "\n" in self.help:
@@ -106,12 +132,22 @@ class Setting:
             return (
                 "a command as a list of strings (a fixed program first, then its arguments; no shell), or [] for none"
             )
+        if self.kind == "choice":
+            return "one of " + ", ".join(self.choices)
+        if self.kind == "tools":
+            return "a mapping of tool names to some of " + ", ".join(TOOL_KEYS)
         return "a string"
 
     def check(self, value: Any, problems: list[Problem], where: str = "") -> Any:
         """The value, normalised (lists become tuples); or, if it is invalid, a Problem appended and the value as is."""
         found: str
-        if self.kind == "bool":
+        if self.kind == "choice":
+            if isinstance(value, str) and value in self.choices:
+                return value
+            found = describe_value(value)
+        elif self.kind == "tools":
+            return _check_tools(self, value, problems, where)
+        elif self.kind == "bool":
             if isinstance(value, bool):
                 return value
             found = describe_value(value)
@@ -145,7 +181,35 @@ class Setting:
         return value
 
 
+PRESETS: dict[str, dict[str, Value]] = {
+    # The original plugin's rules, bit for bit: every key at its default.
+    "seed": {},
+    # Stops back-to-back repeats at the third, A-B-A-B cycles in their third round, and a tool stuck
+    # on one result; warns the model once before each deny; lets a repeat whose result changed run
+    # (a progressing poll). Measured on the public corpus (docs/corpus.md); docs/guard.md says why
+    # each value.
+    "recommended": {
+        "duplicateWarn": 2,
+        "repeatLimit": 2,
+        "repeatWarn": 1,
+        "stallLimit": 6,
+        "stallWarn": 1,
+        "cycleLimit": 2,
+        "cycleWarn": 1,
+        "capWarn": 30,
+        "progress": True,
+    },
+}
+
 SETTINGS: tuple[Setting, ...] = (
+    Setting(
+        key="preset",
+        kind="choice",
+        default="seed",
+        choices=("seed", "recommended"),
+        used_by=("engine",),
+        help="the defaults the other keys start from: seed (the original rules) or recommended; keys you set win",
+    ),
     Setting(
         key="enabled",
         kind="bool",
@@ -161,6 +225,78 @@ SETTINGS: tuple[Setting, ...] = (
         high=MAX_LIMIT,
         used_by=("engine",),
         help="deny after this many identical calls in the window",
+    ),
+    Setting(
+        key="duplicateWarn",
+        kind="int",
+        default=0,
+        low=0,
+        high=MAX_LIMIT,
+        used_by=("engine",),
+        help="warn the model on the last this many identical calls duplicateLimit allows (0 = never)",
+    ),
+    Setting(
+        key="repeatLimit",
+        kind="int",
+        default=0,
+        low=0,
+        high=MAX_LIMIT,
+        used_by=("engine",),
+        help="deny after this many identical calls in a row (0 = no such rule)",
+    ),
+    Setting(
+        key="repeatWarn",
+        kind="int",
+        default=0,
+        low=0,
+        high=MAX_LIMIT,
+        used_by=("engine",),
+        help="warn the model on the last this many calls in a row repeatLimit allows (0 = never)",
+    ),
+    Setting(
+        key="stallLimit",
+        kind="int",
+        default=0,
+        low=0,
+        high=MAX_LIMIT,
+        used_by=("engine",),
+        help="deny a tool's call after this many of its calls in a row got the same result, any args (0 = off)",
+    ),
+    Setting(
+        key="stallWarn",
+        kind="int",
+        default=0,
+        low=0,
+        high=MAX_LIMIT,
+        used_by=("engine",),
+        help="warn the model on the last this many calls stallLimit allows (0 = never)",
+    ),
+    Setting(
+        key="cycleLimit",
+        kind="int",
+        default=0,
+        low=0,
+        high=MAX_LIMIT,
+        used_by=("engine",),
+        help="deny a call that would repeat a short cycle (A-B-A-B…) more than this many times (0 = no such rule)",
+    ),
+    Setting(
+        key="cycleWarn",
+        kind="int",
+        default=0,
+        low=0,
+        high=MAX_LIMIT,
+        used_by=("engine",),
+        help="warn the model on the last this many calls of a cycle cycleLimit allows (0 = never)",
+    ),
+    Setting(
+        key="cyclePeriod",
+        kind="int",
+        default=4,
+        low=2,
+        high=MAX_PERIOD,
+        used_by=("engine",),
+        help="the longest cycle, in calls, the cycle rule looks for",
     ),
     Setting(
         key="window",
@@ -179,6 +315,29 @@ SETTINGS: tuple[Setting, ...] = (
         high=MAX_LIMIT,
         used_by=("engine",),
         help="lifetime calls per agent; reached = stopped for good (0 = no cap)",
+    ),
+    Setting(
+        key="capWarn",
+        kind="int",
+        default=0,
+        low=0,
+        high=MAX_LIMIT,
+        used_by=("engine",),
+        help="warn the model on the last this many calls maxCallsPerAgent allows (0 = never)",
+    ),
+    Setting(
+        key="progress",
+        kind="bool",
+        default=False,
+        used_by=("engine",),
+        help="a repeat whose result differs from the last identical call's is progress: it restarts the count",
+    ),
+    Setting(
+        key="tools",
+        kind="tools",
+        default=(),
+        used_by=("engine",),
+        help="per-tool overrides, e.g. {bash: {repeatLimit: 6}, web_search: {maxCalls: 50}}; names match as exempt",
     ),
     Setting(
         key="exempt",
@@ -208,6 +367,14 @@ SETTINGS: tuple[Setting, ...] = (
         used_by=("engine",),
         help="the deny text; {tool} {count} {limit} {kind} {agent} are filled in",
         default_text="a text telling the model to stop repeating (below)",
+    ),
+    Setting(
+        key="warnMessage",
+        kind="str",
+        default=DEFAULT_WARN_MESSAGE,
+        used_by=("engine",),
+        help="the warning text; {tool} {count} {limit} {rule} {how} {agent} are filled in",
+        default_text="a text telling the model the next identical call will be denied (below)",
     ),
     Setting(
         key="incidentLog",
@@ -382,14 +549,27 @@ class Config:
     checks that both list the same settings, in the same order, with the same types and defaults.
     """
 
+    preset: str = _D["preset"]
     enabled: bool = _D["enabled"]
     duplicate_limit: int = _D["duplicate_limit"]
+    duplicate_warn: int = _D["duplicate_warn"]
+    repeat_limit: int = _D["repeat_limit"]
+    repeat_warn: int = _D["repeat_warn"]
+    stall_limit: int = _D["stall_limit"]
+    stall_warn: int = _D["stall_warn"]
+    cycle_limit: int = _D["cycle_limit"]
+    cycle_warn: int = _D["cycle_warn"]
+    cycle_period: int = _D["cycle_period"]
     window: int = _D["window"]
     max_calls_per_agent: int = _D["max_calls_per_agent"]
+    cap_warn: int = _D["cap_warn"]
+    progress: bool = _D["progress"]
+    tools: ToolOverrides = _D["tools"]
     exempt: tuple[str, ...] = _D["exempt"]
     only: tuple[str, ...] = _D["only"]
     ignore_args: tuple[str, ...] = _D["ignore_args"]
     deny_message: str = _D["deny_message"]
+    warn_message: str = _D["warn_message"]
     incident_log: str = _D["incident_log"]
     max_agents: int = _D["max_agents"]
     fail_closed: bool = _D["fail_closed"]
@@ -436,6 +616,9 @@ class Config:
             )
         problems: list[Problem] = []
         kwargs: dict[str, Any] = {}
+        preset = mapping.get("preset", "seed")
+        for key, value in PRESETS.get(preset, {}).items() if isinstance(preset, str) else ():
+            kwargs[BY_KEY[key].attr] = value  # the preset's values first; keys set in the mapping win
         for key, value in mapping.items():
             setting = BY_KEY.get(key) if isinstance(key, str) else None
             if setting is None:
@@ -449,14 +632,23 @@ class Config:
             raise ConfigError(problems)
         return cls(**kwargs)
 
+    @classmethod
+    def with_preset(cls, preset: str, **attrs: Any) -> Config:
+        """The preset's values (see PRESETS) with `attrs` (snake_case) on top."""
+        base = {BY_KEY[k].attr: v for k, v in PRESETS[preset].items()}
+        return cls(preset=preset, **{**base, **attrs})
+
     def to_mapping(self, *, only_changed: bool = False) -> dict[str, Any]:
-        """The camelCase mapping in table order, as written to the patch layer (lists, not tuples)."""
+        """The camelCase mapping in table order, as written to the patch layer (lists, not tuples;
+        per-tool overrides as a mapping). `only_changed`: only what differs from the preset's values
+        (the preset itself when it is not the default)."""
         out: dict[str, Any] = {}
+        preset = PRESETS.get(self.preset, {})
         for setting in SETTINGS:
             value = getattr(self, setting.attr)
-            if only_changed and value == setting.default:
+            if only_changed and value == preset.get(setting.key, setting.default):
                 continue
-            out[setting.key] = list(value) if isinstance(value, tuple) else value
+            out[setting.key] = _plain(setting, value)
         return out
 
     def replace(self, **changes: Any) -> Config:
@@ -466,7 +658,53 @@ class Config:
         return type(self)(**current)
 
 
-_TYPES: dict[str, Any] = {"bool": bool, "int": int, "str": str, "names": tuple[str, ...], "argv": tuple[str, ...]}
+_TYPES: dict[str, Any] = {
+    "bool": bool,
+    "int": int,
+    "str": str,
+    "names": tuple[str, ...],
+    "argv": tuple[str, ...],
+    "choice": str,
+    "tools": ToolOverrides,
+}
+
+
+def _plain(setting: Setting, value: Any) -> Any:
+    """A value as the patch layer and the wire carry it: lists, and per-tool overrides as mappings."""
+    if setting.kind == "tools":
+        return {tool: dict(overrides) for tool, overrides in value}
+    return list(value) if isinstance(value, tuple) else value
+
+
+def _check_tools(setting: Setting, value: Any, problems: list[Problem], where: str) -> Any:
+    """Per-tool overrides, normalised to ((tool, ((key, value), ...)), ...) in the order written."""
+    if value == () or value is None:
+        return ()
+    if isinstance(value, tuple):  # already normalised (a Config made from another)
+        value = {tool: dict(overrides) for tool, overrides in value}
+    if not isinstance(value, Mapping):
+        problems.append(Problem(setting.key, setting.expected, describe_value(value), where))
+        return value
+    out = []
+    for tool, overrides in value.items():
+        if not isinstance(tool, str) or not tool:
+            problems.append(Problem(setting.key, "tool names (non-empty strings)", describe_value(tool), where))
+            continue
+        if not isinstance(overrides, Mapping):
+            problems.append(Problem(f"{setting.key}.{tool}", "a mapping of settings", describe_value(overrides), where))
+            continue
+        checked = []
+        for key, v in overrides.items():
+            name = f"{setting.key}.{tool}.{_key_name(key)}"
+            base = BY_KEY.get(TOOL_KEYS.get(key, "")) if isinstance(key, str) else None
+            if base is None:
+                problems.append(Problem(name, "one of " + ", ".join(TOOL_KEYS), "an unknown key", where))
+                continue
+            found: list[Problem] = []
+            checked.append((key, base.check(v, found, where)))
+            problems.extend(Problem(name, p.expected, p.found, p.where) for p in found)
+        out.append((tool, tuple(checked)))
+    return tuple(out)
 
 
 def check_fields(cls: type, settings: Sequence[Setting]) -> None:
@@ -499,12 +737,14 @@ _PLAIN = re.compile(r"[A-Za-z_/][A-Za-z0-9_./-]*\Z")
 
 def _yaml(value: Value) -> str:
     """A default as it would be written in the patch file (YAML flow style)."""
+    if isinstance(value, tuple) and value and isinstance(value[0], tuple):  # per-tool overrides
+        return "{" + ", ".join(f"{t}: {{" + ", ".join(f"{k}: {_yaml(v)}" for k, v in o) + "}" for t, o in value) + "}"
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, int):
         return str(value)
     if isinstance(value, tuple):
-        return "[" + ", ".join(_yaml(v) for v in value) + "]"
+        return "[" + ", ".join(_yaml(cast(str, v)) for v in value) + "]"
     if _PLAIN.match(value) and value.lower() not in {"true", "false", "null", "yes", "no", "on", "off"}:
         return value
     return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
@@ -18,29 +18,73 @@ __all__ = ["AgentState", "AgentView", "Guard", "GuardView", "KeyView", "Verdict"
 _SORT = orjson.OPT_SORT_KEYS
 _dumps = orjson.dumps
 _TOOL_CACHE_MAX = 4096  # tool names seen are few; the cap only guards against a flood of junk names
+_PENDING_MAX = 64  # call ids remembered per agent while their results are awaited
 _REASON_CACHE_MAX = 4096
-_PLACEHOLDER = re.compile(r"\{(tool|count|limit|kind|agent)\}")
+_PLACEHOLDER = re.compile(r"\{(tool|count|limit|kind|agent|rule|how)\}")
 INTERRUPTED_TEXT = "Circuit breaker (interrupted): the operator stopped this agent; do not call any more tools."
 
-# How a tool name is treated under the config in force.
-_JUDGED, _PASS = 0, 1
+DENY_KINDS = ("duplicate", "repeat", "cycle", "stall", "cap", "interrupted")
+# {how}: what a rule's count counts, as the messages say it
+_HOW = {
+    "duplicate": "identical calls among its recent ones",
+    "repeat": "identical calls in a row",
+    "cycle": "rounds of the same cycle of calls",
+    "cap": "tool calls in all",
+    "tool cap": "calls of this tool",
+    "stall": "calls of this tool in a row getting the same result",
+}
+
+
+class _Rules:
+    """The limits one tool's calls are judged by: the config's, with the tool's overrides on top."""
+
+    __slots__ = (
+        "dup_limit",
+        "dup_warn",
+        "judged",
+        "name",
+        "progress",
+        "rep_limit",
+        "rep_warn",
+        "stall_limit",
+        "stall_warn",
+        "tool_cap",
+        "tool_warn",
+    )
+
+    def __init__(self, config: Config, name: str, judged: bool, overrides: dict[str, Any]) -> None:
+        self.judged = judged
+        self.name = name  # the tool's class name (case, `_` and `-` ignored), as exempt compares
+        self.dup_limit = overrides.get("duplicateLimit", config.duplicate_limit)
+        self.dup_warn = overrides.get("duplicateWarn", config.duplicate_warn)
+        self.rep_limit = overrides.get("repeatLimit", config.repeat_limit)
+        self.rep_warn = min(overrides.get("repeatWarn", config.repeat_warn), self.rep_limit)  # 0 while it is off
+        self.stall_limit = overrides.get("stallLimit", config.stall_limit)
+        self.stall_warn = min(overrides.get("stallWarn", config.stall_warn), self.stall_limit)
+        self.tool_cap = overrides.get("maxCalls", 0)
+        self.tool_warn = min(overrides.get("maxCallsWarn", 0), self.tool_cap)
+        self.progress = overrides.get("progress", config.progress)
 
 
 class Verdict:
     """The answer for one call.
 
-    allowed: the call may run. kind: None, "duplicate", "cap" or "interrupted".
-    reason: the deny text for the model ("" when allowed). count/limit: for a duplicate deny the
-    key's occurrences in the window and duplicateLimit; for a cap deny the calls made and the cap;
-    for an allowed judged call the key's occurrences including this call and duplicateLimit;
-    0/0 for calls the guard does not judge (disabled, paused, exempt, outside `only`).
+    allowed: the call may run. kind: None, or the rule that denied: "duplicate", "repeat", "cycle",
+    "cap" or "interrupted". reason: the deny text for the model ("" when allowed).
+    count/limit: the tally of the rule that denied or warned, and its limit — for a duplicate the
+    key's occurrences in the window and duplicateLimit; for a repeat the calls in a row; for a cycle
+    its rounds; for a cap the calls made (of the tool, for a per-tool cap) and the cap. For an
+    allowed judged call without a warning, the key's occurrences including this call and
+    duplicateLimit; 0/0 for calls the guard does not judge (disabled, paused, exempt, outside `only`).
+    warning/rule: an allowed call near a limit carries the text for the model and the rule ("" and
+    None otherwise); a deny's rule is its kind.
     first: this is the agent's first deny of this kind (the one the incident log records).
     counted: the call was recorded (took a window slot and counts toward the cap).
     key: the call's digest as the window compares it, for tools that tally calls the same way
     (None when it was not computed: not judged, capped, interrupted, or unserializable args).
     """
 
-    __slots__ = ("allowed", "count", "counted", "first", "key", "kind", "limit", "reason")
+    __slots__ = ("allowed", "count", "counted", "first", "key", "kind", "limit", "reason", "rule", "warning")
 
     def __init__(
         self,
@@ -52,9 +96,13 @@ class Verdict:
         first: bool = False,
         counted: bool = False,
         key: int | None = None,
+        warning: str = "",
+        rule: str | None = None,
     ) -> None:
         self.allowed = allowed
         self.key = key
+        self.warning = warning  # an allowed call near a limit: the text the model is shown ("" = none)
+        self.rule = rule  # the rule that warned (allowed) or denied (= kind)
         self.kind = kind
         self.reason = reason
         self.count = count
@@ -64,7 +112,8 @@ class Verdict:
 
     def __repr__(self) -> str:
         if self.allowed:
-            return f"Verdict(allow, count={self.count}, limit={self.limit}, counted={self.counted})"
+            warned = f", warned by {self.rule}" if self.warning else ""
+            return f"Verdict(allow, count={self.count}, limit={self.limit}, counted={self.counted}{warned})"
         return f"Verdict(deny {self.kind}, count={self.count}, limit={self.limit}, first={self.first})"
 
     def __eq__(self, other: object) -> bool:
@@ -81,7 +130,29 @@ _NOT_JUDGED = Verdict(True)
 class _Agent:
     """One agent's state: its window (ring of keys + count per key) and its lifetime tallies."""
 
-    __slots__ = ("calls", "counts", "denies", "last_seen", "last_tool", "previews", "ring")
+    __slots__ = (
+        "before",
+        "calls",
+        "counts",
+        "cycles",
+        "cycling",
+        "denies",
+        "last",
+        "last_key",
+        "last_seen",
+        "last_tool",
+        "pending",
+        "previews",
+        "recent",
+        "results",
+        "ring",
+        "run",
+        "stall_digest",
+        "stall_n",
+        "stall_tool",
+        "tool_calls",
+        "warns",
+    )
 
     def __init__(self) -> None:
         self.ring: deque[int | None] = deque()  # None = a call the guard could not judge
@@ -89,8 +160,27 @@ class _Agent:
         self.previews: dict[int, tuple[str, str]] = {}  # only keys seen at least twice
         self.calls = 0  # allowed, counted calls over the agent's life
         self.denies: dict[str, int] = {}  # deny kind -> how many of its calls were denied
+        self.warns: dict[str, int] = {}  # rule -> how many of its calls were allowed with a warning
+        self.last = ""  # how its last judged call went: "", "warn:<rule>" or "deny:<kind>"
         self.last_tool = ""
         self.last_seen: float | None = None
+        # the repeat rule: the key of its last allowed call, and how many times in a row it came
+        self.last_key: int | None = None
+        self.run = 0
+        # the cycle rule, for each period p: how many calls in a row repeated the call p back
+        self.cycles: list[int] | None = None
+        self.cycling = False  # some entry of cycles is not 0
+        self.recent: deque[int | None] | None = None  # the last calls it tried, for the cycle rule
+        # progress: per key, its calls since its result last changed, and its last result's digest
+        self.before: dict[int, int] | None = None
+        self.results: dict[int, int] | None = None  # per key, a hash of its last result's digest
+        # call id (or an anonymous one) -> (key, warning) of its calls awaiting their result
+        self.pending: OrderedDict[Any, tuple[int | None, str, bool, str]] | None = None
+        self.tool_calls: dict[str, int] | None = None  # per-tool caps: calls per tool
+        # the stall rule: the tool of its last calls in a row, the result they got, and how many got it
+        self.stall_tool: str | None = None
+        self.stall_digest: str | None = None
+        self.stall_n = 0
 
 
 class _Interrupt:
@@ -117,10 +207,15 @@ class AgentView:
     worst_preview: str
     duplicate_limit: int
     denies: dict[str, int]  # deny kind -> how many of its calls were denied (its trip is the first)
-    status: str  # what its next call meets: "ok", or the kind that would deny it: "duplicate", "cap", "interrupted"
+    # "ok"; "warned" (its last call was allowed with a warning); or a deny kind: "interrupted",
+    # "cap" (its budget is spent), the rule that denied its last call, or "duplicate" (its most
+    # repeated call is at the limit: the next one is denied)
+    status: str
     last_tool: str
     last_seen: float | None
     interrupt_reason: str | None
+    warns: dict[str, int] = field(default_factory=dict)  # rule -> calls allowed with its warning
+    rule: str = ""  # the rule behind the status: the one that warned or denied ("" for "ok")
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,7 +239,9 @@ class GuardView:
 @dataclass(slots=True)
 class AgentState:
     """Everything the engine holds for one agent, as plain values: what the state store saves and
-    restores. `ring` holds the window's digests oldest first (None = a call it could not judge)."""
+    restores. `ring` holds the window's digests oldest first (None = a call it could not judge).
+    The fields after `last_seen` belong to the rules beyond the seed's (empty when they are off);
+    calls still awaiting their result are not kept (their results, if they come, match nothing)."""
 
     agent: str
     calls: int
@@ -153,6 +250,16 @@ class AgentState:
     previews: dict[int, tuple[str, str]]
     last_tool: str
     last_seen: float | None
+    warns: dict[str, int] = field(default_factory=dict)
+    last: str = ""  # how its last judged call went: "", "warn:<rule>" or "deny:<kind>"
+    last_key: int | None = None  # the repeat rule: its last allowed call, and how many times in a row
+    run: int = 0
+    cycles: list[int] | None = None  # the cycle rule's runs, per period
+    recent: list[int | None] | None = None  # the cycle rule: the last calls tried, oldest first
+    before: dict[int, int] | None = None  # progress: per key, its occurrences from before its result changed
+    results: dict[int, int] | None = None  # progress: per key, a hash of its last result's digest
+    tool_calls: dict[str, int] | None = None  # per-tool caps: calls per tool (by class name)
+    stall: tuple[str, str | None, int] | None = None  # the stall rule: tool, result digest, calls that got it
 
 
 class Guard:
@@ -166,7 +273,7 @@ class Guard:
     def __init__(self, config: Config | None = None, on_remove: Callable[[str], Any] | None = None) -> None:
         self._agents: OrderedDict[str, _Agent] = OrderedDict()  # least recently active first
         self._interrupted: OrderedDict[str, _Interrupt] = OrderedDict()
-        self._tools: dict[str, int] = {}
+        self._tools: dict[str, _Rules] = {}
         # The repeated keys of every agent, by count (>= 2), kept as calls happen: the top keys are
         # read from the highest buckets down instead of scanning every agent's window.
         self._buckets: dict[int, dict[tuple[str, int], None]] = {}
@@ -174,7 +281,9 @@ class Guard:
         self.on_remove = on_remove
         self.paused = False
         self.checks = 0
-        self.denies: dict[str, int] = {"duplicate": 0, "cap": 0, "interrupted": 0}
+        self.denies: dict[str, int] = dict.fromkeys(DENY_KINDS, 0)
+        self.warnings = 0  # calls allowed with a warning
+        self._anon = 0  # ids for remembered calls that came without one
         self.config = config if config is not None else Config()
 
     # -- configuration ------------------------------------------------------------------------
@@ -191,33 +300,51 @@ class Guard:
         self._exempt = frozenset(map(tool_class_name, config.exempt))
         self._only = frozenset(map(tool_class_name, config.only))
         self._tools.clear()
+        self._overrides = {tool_class_name(tool): dict(o) for tool, o in config.tools}
+        self._cycle_limit = config.cycle_limit
+        self._period = config.cycle_period
+        self._no_cycles = [0] * (config.cycle_period + 1)
+        self._progress = config.progress or any(o.get("progress") for o in self._overrides.values())
+        # each rule warns only while it is on (its limit set)
+        self._cycle_warn = config.cycle_warn if config.cycle_limit else 0
+        self._cap_warn = min(config.cap_warn, config.max_calls_per_agent)
+        self._stall = config.stall_limit or any(o.get("stallLimit") for o in self._overrides.values())
+        tool_keys = ("duplicateWarn", "repeatWarn", "maxCallsWarn", "stallWarn")
+        warns = (config.duplicate_warn, config.repeat_warn, self._cycle_warn, self._cap_warn, config.stall_warn)
+        self._warns = any(warns) or any(o.get(k) for o in self._overrides.values() for k in tool_keys)
         self._reasons: dict[tuple[str, str, int, int, str], str] = {}
         while len(self._agents) > config.max_agents:
             self._drop(next(iter(self._agents)))
         while len(self._interrupted) > config.max_agents:
             self._interrupted.popitem(last=False)
 
-    def _classify(self, tool: str) -> int:
+    def _classify(self, tool: str) -> _Rules:
         name = tool_class_name(tool)
-        if self._only:
-            kind = _JUDGED if name in self._only else _PASS
-        else:
-            kind = _PASS if name in self._exempt else _JUDGED
+        judged = name in self._only if self._only else name not in self._exempt
+        rules = _Rules(self._config, name, judged, self._overrides.get(name, {}))
         if len(self._tools) >= _TOOL_CACHE_MAX:
             self._tools.clear()
-        self._tools[tool] = kind
-        return kind
+        self._tools[tool] = rules
+        return rules
 
     # -- the decision -------------------------------------------------------------------------
 
     def check(
-        self, agent: str, tool: str, args: Any, now: float | None = None, *, unjudgeable: bool = False
+        self,
+        agent: str,
+        tool: str,
+        args: Any,
+        now: float | None = None,
+        *,
+        unjudgeable: bool = False,
+        call_id: str | int | None = None,
     ) -> Verdict:
         """Decide one call of `tool` with `args` by `agent`; allowed calls are recorded.
 
         `now` (seconds, any clock) is only stored for displays ("age of the last call").
         `unjudgeable`: the harness could not serialize the args; the call is judged as args that
-        cannot be keyed (allowed and counted, matching nothing).
+        cannot be keyed (allowed and counted, matching nothing). `call_id`: the harness's id for the
+        call, so that its result (`result()`) finds it.
         """
         self.checks += 1
         if self._interrupted and agent in self._interrupted:
@@ -225,10 +352,10 @@ class Guard:
         config = self._config
         if not config.enabled or self.paused:
             return _NOT_JUDGED
-        kind = self._tools.get(tool)
-        if kind is None:
-            kind = self._classify(tool)
-        if kind:
+        rules = self._tools.get(tool)
+        if rules is None:
+            rules = self._classify(tool)
+        if not rules.judged:
             return _NOT_JUDGED
 
         agents = self._agents
@@ -245,6 +372,11 @@ class Guard:
         cap = config.max_calls_per_agent
         if cap and st.calls >= cap:
             return self._deny(st, agent, tool, "cap", st.calls, cap)
+        tool_calls = 0
+        if rules.tool_cap:
+            tool_calls = st.tool_calls.get(rules.name, 0) if st.tool_calls else 0
+            if tool_calls >= rules.tool_cap:
+                return self._deny(st, agent, tool, "cap", tool_calls, rules.tool_cap)
 
         ring = st.ring
         window = config.window
@@ -262,16 +394,54 @@ class Guard:
                 key = hash(_dumps((tool, args), option=_SORT))  # call_digest's fast path, inlined: the hot path
             except Exception:
                 key = call_digest(tool, args)
-        limit = config.duplicate_limit
+        stalled = 0
+        if self._stall:  # a call of another tool ends the run of calls the stall rule counts
+            if tool != st.stall_tool:
+                st.stall_tool, st.stall_digest, st.stall_n = tool, None, 0
+            elif rules.stall_limit:
+                stalled = st.stall_n
+        cycle_len = cycle_p = 0
+        if self._cycle_limit:  # every call it tries moves the cycle rule on
+            recent = st.recent
+            if recent is not None and (key is None or key not in recent) and recent.maxlen == self._period:
+                # the common case, inline: a call it has not just made continues no cycle
+                if st.cycling:
+                    st.cycles[:] = self._no_cycles  # type: ignore[index]
+                    st.cycling = False
+                recent.append(key)
+            else:
+                cycle_len, cycle_p = self._cycle(st, key)
+        limit = rules.dup_limit
         if key is None:
-            n = 0
+            n = seen = 0
         else:
             counts = st.counts
-            n = counts.get(key, 0)
-            if n >= limit:
-                verdict = self._deny(st, agent, tool, "duplicate", n, limit)
+            n = seen = counts.get(key, 0)
+            if st.before and rules.progress:  # only the identical calls since its result last changed count
+                seen = n - st.before.get(key, 0)
+            if seen >= limit:
+                verdict = self._deny(st, agent, tool, "duplicate", seen, limit)
                 verdict.key = key
                 return verdict
+        # the repeat rule: the same call back to back
+        in_row = st.run if key is not None and key == st.last_key else 0
+        if rules.rep_limit and in_row >= rules.rep_limit:
+            verdict = self._deny(st, agent, tool, "repeat", in_row, rules.rep_limit)
+            verdict.key = key
+            return verdict
+        # the cycle rule: A-B-A-B… (periods 2 … cyclePeriod), over the calls it tried (denied ones too)
+        if self._cycle_limit and cycle_p:
+            if cycle_len > self._cycle_limit * cycle_p:
+                verdict = self._deny(st, agent, tool, "cycle", self._cycle_limit + 1, self._cycle_limit)
+                verdict.key = key
+                return verdict
+        # the stall rule: this tool's last calls in a row all got the same result, whatever their args
+        if stalled and stalled >= rules.stall_limit:
+            verdict = self._deny(st, agent, tool, "stall", stalled, rules.stall_limit)
+            verdict.key = key
+            return verdict
+
+        if key is not None:
             counts[key] = n + 1
             if n:  # a repeat: it moves up one bucket of the top keys
                 buckets = self._buckets
@@ -288,15 +458,171 @@ class Guard:
                     self._top = n + 1
         ring.append(key)
         st.calls += 1
+        st.run = in_row + 1
+        st.last_key = key
+        if rules.tool_cap or rules.tool_warn:
+            if st.tool_calls is None:
+                st.tool_calls = {}
+            tool_calls = st.tool_calls[rules.name] = st.tool_calls.get(rules.name, 0) + 1
         if len(ring) > window:
             old = ring.popleft()
             if old is not None:
                 m = st.counts[old]
                 if m == 1:
                     del st.counts[old]
+                    if st.results:
+                        st.results.pop(old, None)
+                        if st.before:
+                            st.before.pop(old, None)
                 else:
                     self._evict(agent, st, old)
-        return Verdict(True, None, "", n + 1, limit, False, True, key)
+        verdict = Verdict(True, None, "", seen + 1, limit, False, True, key)
+        # A warning, if a rule is near its limit: the rule whose deny comes first.
+        # A warning on the last calls a rule allows (each rule's *Warn of them): the rule whose deny
+        # comes first speaks.
+        if st.last:
+            st.last = ""
+        if not self._warns:
+            pass
+        elif rules.rep_warn and in_row >= rules.rep_limit - rules.rep_warn and key is not None:
+            self._warn(verdict, st, agent, tool, "repeat", in_row + 1, rules.rep_limit)
+        elif cycle_p and self._cycle_warn and cycle_len > self._cycle_limit * cycle_p - self._cycle_warn:
+            self._warn(verdict, st, agent, tool, "cycle", -(-cycle_len // cycle_p), self._cycle_limit)
+        elif rules.dup_warn and seen >= limit - rules.dup_warn and key is not None:
+            self._warn(verdict, st, agent, tool, "duplicate", seen + 1, limit)
+        elif stalled and rules.stall_warn and stalled >= rules.stall_limit - rules.stall_warn:
+            self._warn(verdict, st, agent, tool, "stall", stalled + 1, rules.stall_limit)
+        elif rules.tool_warn and tool_calls > rules.tool_cap - rules.tool_warn:
+            self._warn(verdict, st, agent, tool, "cap", tool_calls, rules.tool_cap, "tool cap")
+        elif self._cap_warn and st.calls > cap - self._cap_warn:
+            self._warn(verdict, st, agent, tool, "cap", st.calls, cap)
+        if (call_id is not None and (rules.progress or self._stall)) or verdict.warning:
+            # remembered until its result comes (the last _PENDING_MAX such calls): the result finds
+            # the call by its id, and a harness that can show text only with the result gets the warning
+            pending = st.pending
+            if pending is None:
+                pending = st.pending = OrderedDict()
+            cid: Any = call_id
+            if cid is None:
+                self._anon += 1
+                cid = (None, self._anon)
+            pending[cid] = (key, verdict.warning, rules.progress, tool)
+            if len(pending) > _PENDING_MAX:
+                pending.popitem(last=False)
+        return verdict
+
+    def _cycle(self, st: _Agent, key: int | None) -> tuple[int, int]:
+        """Move the cycle rule on by one tried call: returns the longest cycle this call continues,
+        as (how many calls in a row follow it including this one, its period), or (0, 0).
+
+        `st.recent` holds the last cyclePeriod calls tried; `st.cycles[p]` how many calls in a row
+        repeated the call p before them. A block of one call repeated (A-A-A) is the repeat rule's,
+        not a cycle of any period."""
+        top = self._period
+        recent = st.recent
+        if recent is None or recent.maxlen != top:
+            recent = st.recent = deque(recent or (), maxlen=top)
+        cycles = st.cycles
+        if cycles is None or len(cycles) != top + 1:
+            cycles = st.cycles = [0] * (top + 1)
+        best_len = best_p = 0
+        st.cycling = False
+        if key is None or key not in recent:
+            cycles[:] = self._no_cycles
+        else:
+            size = len(recent)
+            same = 0  # how many of the last calls are this one
+            while same < size and recent[-1 - same] == key:
+                same += 1
+            for p in range(2, top + 1):
+                if p <= size and recent[-p] == key:
+                    run = cycles[p] = cycles[p] + 1
+                    st.cycling = True
+                    # the cycle with the most rounds (length / period; the shorter period on a tie)
+                    if same < p - 1 and (not best_p or (run + p) * best_p > best_len * p):
+                        best_len, best_p = run + p, p
+                else:
+                    cycles[p] = 0
+        recent.append(key)
+        return best_len, best_p
+
+    def _warn(
+        self, verdict: Verdict, st: _Agent, agent: str, tool: str, rule: str, count: int, limit: int, how: str = ""
+    ) -> None:
+        values = {"tool": tool, "count": str(count), "limit": str(limit), "kind": rule, "agent": agent}
+        values.update(rule=rule, how=_HOW[how or rule])
+        verdict.warning = _PLACEHOLDER.sub(lambda m: values[m.group(1)], self._config.warn_message)
+        verdict.rule = rule
+        verdict.count, verdict.limit = count, limit
+        st.warns[rule] = st.warns.get(rule, 0) + 1
+        st.last = "warn:" + rule
+        self.warnings += 1
+
+    def result(
+        self,
+        agent: str,
+        digest: str,
+        *,
+        call_id: str | int | None = None,
+        tool: str | None = None,
+        args: Any = None,
+    ) -> tuple[bool, str]:
+        """A call's result came back (its digest: the guard never needs the content). Matched by
+        `call_id`, else by the call's tool and args (its latest such call). When the digest differs
+        from the last result of the identical call, that call made progress: under rules with
+        `progress`, its repeats count again from this one.
+
+        Returns (found, warning): whether the call was found, and the warning its check gave ("" if
+        none), for harnesses that can only show the model a warning with the result."""
+        st = self._agents.get(agent)
+        if st is None:
+            return False, ""
+        pending = st.pending
+        found: tuple[int | None, str, bool, str] | None = None
+        if call_id is not None:
+            if pending and call_id in pending:
+                found = pending.pop(call_id)
+            key = found[0] if found is not None else None
+            progress = found is not None and found[2]
+        elif tool is not None:
+            rules = self._tools.get(tool) or self._classify(tool)
+            progress = rules.progress
+            ignore = self._ignore
+            if ignore and isinstance(args, dict) and not ignore.isdisjoint(args):
+                args = {k: v for k, v in args.items() if k not in ignore}
+            key = call_digest(tool, args)
+            if pending and key is not None:
+                for cid in reversed(pending):
+                    if pending[cid][0] == key:
+                        found = pending.pop(cid)
+                        break
+        else:
+            return False, ""
+        warning = found[1] if found is not None else ""
+        called = found[3] if found is not None else tool
+        stall = called is not None and called == st.stall_tool
+        if stall:  # the stall rule: one more call of this tool in a row with this result?
+            if digest == st.stall_digest:
+                st.stall_n += 1
+            else:
+                st.stall_digest, st.stall_n = digest, 1
+        if key is None or key not in st.counts:  # args it could not judge, or a call gone from the window
+            return found is not None or stall, warning
+        if progress:
+            results = st.results if st.results is not None else {}
+            st.results = results
+            previous = results.get(key)
+            results[key] = seen = hash(digest)  # a hash is all a comparison needs, in half the memory
+            if previous is not None and previous != seen:
+                # it made progress: it and the identical calls before it count no more
+                before = st.before if st.before is not None else {}
+                st.before = before
+                before[key] = st.counts[key]
+                if st.last_key == key:
+                    st.run = 0
+                st.cycles = None  # a cycle through a call whose result changed is making progress
+                st.cycling = False
+        return True, warning
 
     def _evict(self, agent: str, st: _Agent, old: int | None) -> None:
         """A key leaves the window: one fewer occurrence (and one bucket down in the top keys)."""
@@ -305,8 +631,18 @@ class Guard:
         n = st.counts[old] - 1
         if not n:
             del st.counts[old]
+            if st.results:
+                st.results.pop(old, None)
+                if st.before:
+                    st.before.pop(old, None)
             return
         st.counts[old] = n
+        before = st.before
+        if before and old in before:  # the oldest occurrences go first: those from before a change
+            if before[old] > 1:
+                before[old] -= 1
+            else:
+                del before[old]
         pair = (agent, old)
         buckets = self._buckets
         del buckets[n + 1][pair]
@@ -321,6 +657,7 @@ class Guard:
     def _deny(self, st: _Agent, agent: str, tool: str, kind: str, count: int, limit: int) -> Verdict:
         before = st.denies.get(kind, 0)
         st.denies[kind] = before + 1
+        st.last = "deny:" + kind
         self.denies[kind] += 1
         cache_key = (kind, tool, count, limit, agent)
         reason = self._reasons.get(cache_key)
@@ -328,7 +665,7 @@ class Guard:
             if len(self._reasons) >= _REASON_CACHE_MAX:
                 self._reasons.clear()
             reason = self._reasons[cache_key] = self._fill(self._config.deny_message, tool, count, limit, kind, agent)
-        return Verdict(False, kind, reason, count, limit, before == 0, False)
+        return Verdict(False, kind, reason, count, limit, before == 0, False, rule=kind)
 
     def _deny_interrupted(self, agent: str, tool: str, now: float | None) -> Verdict:
         entry = self._interrupted[agent]
@@ -345,12 +682,13 @@ class Guard:
             st.last_seen = now
             calls = st.calls
         text = INTERRUPTED_TEXT + (f" Reason: {entry.reason}" if entry.reason else "")
-        return Verdict(False, "interrupted", text, calls, 0, first, False)
+        return Verdict(False, "interrupted", text, calls, 0, first, False, rule="interrupted")
 
     @staticmethod
     def _fill(message: str, tool: str, count: int, limit: int, kind: str, agent: str) -> str:
         # One pass, so a tool name like "{count}" is never substituted into.
         values = {"tool": tool, "count": str(count), "limit": str(limit), "kind": kind, "agent": agent}
+        values.update(rule=kind, how=_HOW.get(kind, "calls"))
         return _PLACEHOLDER.sub(lambda m: values[m.group(1)], message)
 
     # -- operator actions ---------------------------------------------------------------------
@@ -415,7 +753,23 @@ class Guard:
         if st is None:
             return None
         return AgentState(
-            agent, st.calls, dict(st.denies), list(st.ring), dict(st.previews), st.last_tool, st.last_seen
+            agent,
+            st.calls,
+            dict(st.denies),
+            list(st.ring),
+            dict(st.previews),
+            st.last_tool,
+            st.last_seen,
+            dict(st.warns),
+            st.last,
+            st.last_key,
+            st.run,
+            list(st.cycles) if st.cycles is not None else None,
+            list(st.recent) if st.recent is not None else None,
+            dict(st.before) if st.before is not None else None,
+            dict(st.results) if st.results is not None else None,
+            dict(st.tool_calls) if st.tool_calls is not None else None,
+            (st.stall_tool, st.stall_digest, st.stall_n) if st.stall_tool is not None else None,
         )
 
     def restore_agent(self, state: AgentState, *, windows: bool = True) -> None:
@@ -428,7 +782,18 @@ class Guard:
         st.denies = dict(state.denies)
         st.last_tool = state.last_tool
         st.last_seen = state.last_seen
-        if windows:
+        st.warns = dict(state.warns)
+        st.last = state.last
+        st.tool_calls = dict(state.tool_calls) if state.tool_calls else None
+        if state.stall is not None:
+            st.stall_tool, st.stall_digest, st.stall_n = state.stall
+        if windows:  # what follows is keyed by digests
+            st.last_key, st.run = state.last_key, state.run
+            st.cycles = list(state.cycles) if state.cycles is not None else None
+            st.cycling = any(st.cycles or ())
+            st.recent = deque(state.recent, maxlen=self._period) if state.recent is not None else None
+            st.before = dict(state.before) if state.before is not None else None
+            st.results = dict(state.results) if state.results is not None else None
             st.ring = deque(state.ring)
             counts = st.counts
             for key in state.ring:
@@ -488,14 +853,19 @@ class Guard:
             worst_tool = st.last_tool
         interrupt = self._interrupted.get(agent)
         cap = config.max_calls_per_agent
+        last = st.last
         if interrupt is not None:
-            status = "interrupted"
+            status = rule = "interrupted"
         elif cap and st.calls >= cap:
-            status = "cap"
+            status = rule = "cap"
+        elif last.startswith("deny:"):
+            status = rule = last[5:]
         elif worst_count >= config.duplicate_limit:
-            status = "duplicate"
+            status = rule = "duplicate"
+        elif last:
+            status, rule = "warned", last[5:]
         else:
-            status = "ok"
+            status, rule = "ok", ""
         return AgentView(
             agent=agent,
             calls=st.calls,
@@ -511,6 +881,8 @@ class Guard:
             last_tool=st.last_tool,
             last_seen=st.last_seen,
             interrupt_reason=interrupt.reason if interrupt is not None else None,
+            warns=dict(st.warns),
+            rule=rule,
         )
 
     def interrupted_agents(self) -> list[str]:

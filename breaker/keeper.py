@@ -54,6 +54,7 @@ class StateKeeper:
                 paused=record.paused,
                 checks=record.checks,
                 denies=record.denies,
+                warnings=record.warnings,
                 windows=loaded.windows,
             )
             log.info(
@@ -122,4 +123,4 @@ class StateKeeper:
         for agent, reason, denies in guard.interrupts():
             m = meta.get(agent)
             interrupts.append((agent, reason, denies, m.harness if m else "", m.parent if m else None))
-        return GuardRecord(guard.paused, guard.checks, dict(guard.denies), interrupts)
+        return GuardRecord(guard.paused, guard.checks, dict(guard.denies), interrupts, guard.warnings)

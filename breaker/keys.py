@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any
 
 import orjson
 
-__all__ = ["call_digest", "call_key", "canonical", "preview", "strip_ignored", "tool_class_name"]
+__all__ = ["call_digest", "call_key", "canonical", "preview", "result_digest", "strip_ignored", "tool_class_name"]
 
 _SORT = orjson.OPT_SORT_KEYS
 _dumps = orjson.dumps
@@ -47,6 +48,23 @@ def call_digest(tool: str, args: Any, ignore: frozenset[str] = frozenset()) -> i
 
 
 call_key = call_digest  # the name replay and older callers use
+
+
+def result_digest(result: Any) -> str:
+    """What a harness reports of a call's result: 16 hex digits of BLAKE2b over its text (a string
+    as is, bytes as they are, anything else as canonical JSON, or its repr when JSON cannot carry
+    it). Every adapter digests the same way, so the same output always gives the same digest; the
+    guard compares digests only, and never sees the content."""
+    if isinstance(result, bytes):
+        data = result
+    elif isinstance(result, str):
+        data = result.encode("utf-8", "surrogatepass")
+    else:
+        try:
+            data = _dumps(result, option=_SORT)
+        except Exception:
+            data = repr(result).encode("utf-8", "surrogatepass")
+    return hashlib.blake2b(data, digest_size=8).hexdigest()
 
 
 _MAX_INT = 2**64

@@ -22,6 +22,7 @@ from breaker.wire import MAX_FRAME, PROTOCOL_VERSION, FrameBuffer
 __all__ = [
     "ERROR_CODES",
     "HARNESS",
+    "MAX_DIGEST",
     "MAX_FRAME",
     "MAX_TEXT",
     "OPERATOR",
@@ -45,7 +46,8 @@ __all__ = [
 ]
 
 MAX_TEXT = 4096  # agent ids, tool names, reasons: generous for real ids, fatal to nobody
-HARNESS = "harness"  # the plane harnesses use: hello, check, agent_end, ping
+MAX_DIGEST = 128  # a result's digest: a hash in hex or base64 fits many times over
+HARNESS = "harness"  # the plane harnesses use: hello, check, result, agent_end, ping
 OPERATOR = "operator"  # the operator's plane: everything, including what changes the guard
 
 # Every error code, what it means, and whether the server closes the connection after it.
@@ -201,7 +203,8 @@ class Check(Request):
 
     op: ClassVar[str] = "check"
     plane: ClassVar[str] = HARNESS
-    REPLY: ClassVar = ("decision", "kind", "reason", "count", "limit")  # an allow has `decision` only
+    # an allow has `decision` only, or with a warning `decision`, `warning`, `rule`, `count`, `limit`
+    REPLY: ClassVar = ("decision", "kind", "reason", "count", "limit", "warning", "rule")
     SPEC: ClassVar = (
         ("agent", _STR, _REQUIRED),
         ("tool", _STR, _REQUIRED),
@@ -242,6 +245,46 @@ class Check(Request):
         if not check.agent:
             raise ProtocolError("bad_request", "check: 'agent' must not be empty", check.id)
         return check
+
+
+@dataclass(slots=True)
+class Result(Request):
+    """A call's result came back: `digest` is any short text that changes when the result does (a
+    hash of it: the guard never needs the content). The call is found by `call_id`, else by `tool`
+    and `args` (its latest such call)."""
+
+    op: ClassVar[str] = "result"
+    plane: ClassVar[str] = HARNESS
+    REPLY: ClassVar = ("ok", "matched", "warning")
+    SPEC: ClassVar = (
+        ("agent", _STR, _REQUIRED),
+        ("digest", _STR, _REQUIRED),
+        ("call_id", (str, int, type(None)), None),
+        ("tool", _OPT_STR, None),
+        ("args", _ANY, None),
+    )
+
+    agent: str = ""
+    digest: str = ""
+    call_id: str | int | None = None
+    tool: str | None = None
+    args: Any = None
+
+    @classmethod
+    def decode(cls, msg: dict[str, Any]) -> Result:
+        result = super(Result, cls).decode(msg)
+        assert isinstance(result, Result)
+        if not result.agent:
+            raise ProtocolError("bad_request", "result: 'agent' must not be empty", result.id)
+        if len(result.digest) > MAX_DIGEST:
+            raise ProtocolError(
+                "bad_request", f"result: 'digest' is {len(result.digest)} characters; at most {MAX_DIGEST}", result.id
+            )
+        if result.call_id is None and result.tool is None:
+            raise ProtocolError(
+                "bad_request", "result: give 'call_id', or 'tool' and 'args', to name the call", result.id
+            )
+        return result
 
 
 @dataclass(slots=True)
@@ -350,6 +393,7 @@ OPS: dict[str, type[Request]] = {
     for cls in (
         Hello,
         Check,
+        Result,
         AgentEnd,
         Ping,
         Subscribe,
@@ -439,9 +483,19 @@ class Decision:
     count: int = 0
     limit: int = 0
     fallback: bool = False
+    warning: str = ""  # an allow near a limit: the text for the model ("" = none)
+    rule: str | None = None  # the rule that warned
 
     def to_json(self) -> dict[str, Any]:
         if self.allowed:
+            if self.warning:
+                return {
+                    "decision": "allow",
+                    "warning": self.warning,
+                    "rule": self.rule,
+                    "count": self.count,
+                    "limit": self.limit,
+                }
             return {"decision": "allow"}
         return {"decision": "deny", "kind": self.kind, "reason": self.reason, "count": self.count, "limit": self.limit}
 
@@ -453,6 +507,16 @@ class Decision:
         """The decision in a reply, or None if it is not a well-formed one."""
         decision = obj.get("decision")
         if decision == "allow":
+            warning = obj.get("warning")
+            if isinstance(warning, str) and warning:
+                rule, count, limit = obj.get("rule"), obj.get("count"), obj.get("limit")
+                return cls(
+                    True,
+                    count=count if type(count) is int else 0,
+                    limit=limit if type(limit) is int else 0,
+                    warning=warning,
+                    rule=rule if isinstance(rule, str) else None,
+                )
             return ALLOW
         if decision != "deny":
             return None
@@ -468,12 +532,14 @@ ALLOW_FRAME_TAIL = b',"decision":"allow"}\n'  # the one reply the hot path write
 
 @dataclass(slots=True)
 class Done(Reply):
-    """`{"ok": true}` plus what the op reports (`known`, `notified`, `paused`, `tick`)."""
+    """`{"ok": true}` plus what the op reports (`known`, `notified`, `paused`, `tick`, `matched`, `warning`)."""
 
     known: bool | None = None
     notified: int | None = None
     paused: bool | None = None
     tick: float | None = None
+    matched: bool | None = None
+    warning: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"ok": True}
@@ -543,10 +609,12 @@ class AgentRow:
     worst_preview: str
     duplicate_limit: int
     denies: dict[str, int]  # deny kind -> how many of its calls were denied
-    status: str  # "ok", or the kind of deny its next call would meet: "duplicate", "cap", "interrupted"
+    status: str  # "ok", "warned", or a deny kind (see AgentView.status)
     last_tool: str
     last_seen: float | None
     interrupt_reason: str | None
+    warns: dict[str, int] = field(default_factory=dict)  # rule -> calls allowed with its warning
+    rule: str = ""  # the rule behind the status
 
     def to_json(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
@@ -556,7 +624,7 @@ class AgentRow:
         agent = obj.get("agent")
         if not isinstance(agent, str):
             return None
-        denies = obj.get("denies")
+        denies, warns = obj.get("denies"), obj.get("warns")
         parent, reason, seen = obj.get("parent"), obj.get("interrupt_reason"), obj.get("last_seen")
         return cls(
             agent=agent,
@@ -575,6 +643,8 @@ class AgentRow:
             last_tool=_typed(obj.get("last_tool"), str, ""),
             last_seen=float(seen) if isinstance(seen, (int, float)) and not isinstance(seen, bool) else None,
             interrupt_reason=reason if isinstance(reason, str) else None,
+            warns={k: v for k, v in warns.items() if type(v) is int} if isinstance(warns, dict) else {},
+            rule=_typed(obj.get("rule"), str, ""),
         )
 
 
@@ -636,6 +706,7 @@ class GuardStats:
 
     checks: int = 0
     denies: dict[str, int] = field(default_factory=dict)
+    warnings: int = 0  # calls allowed with a warning
     agents: int = 0
     connections: int = 0
     harnesses: dict[str, int] = field(default_factory=dict)  # harness name -> connections

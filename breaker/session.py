@@ -48,6 +48,7 @@ from breaker.protocol import (
     ProtocolError,
     Request,
     Reset,
+    Result,
     Resume,
     Snapshot,
     SnapshotReply,
@@ -288,6 +289,7 @@ class ServerSession:
         self._stats_sent: tuple[Any, ...] = ()
         self._handlers: dict[type[Request], Callable[[Channel, Any], bytes | Slot | None]] = {
             Hello: self._hello,
+            Result: self._result,
             AgentEnd: self._agent_end,
             Ping: lambda ch, req: Pong().encode(req.id),
             Subscribe: self._subscribe,
@@ -464,12 +466,14 @@ class ServerSession:
             ch.agents.add(agent)
             ch.checked = True
         now = self.clock()
-        v = self.guard.check(agent, req.tool, req.args, now, unjudgeable=req.args_unserializable)
+        v = self.guard.check(agent, req.tool, req.args, now, unjudgeable=req.args_unserializable, call_id=req.call_id)
         if v.counted or not v.allowed:
             self._dirty.add(agent)
             self.unsaved.add(agent)
         rid = req.id
         if v.allowed:
+            if v.warning:
+                return Decision(True, count=v.count, limit=v.limit, warning=v.warning, rule=v.rule).encode(rid)
             if type(rid) is int and -(2**63) <= rid < 2**63:
                 return b'{"id":%d' % rid + ALLOW_FRAME_TAIL
             return Decision(True).encode(rid)
@@ -503,6 +507,12 @@ class ServerSession:
         return HelloReply(
             "cbconsole-guard", __version__, PROTOCOL_VERSION, self.stats.pid, ch.plane, self.max_frame
         ).encode(req.id)
+
+    def _result(self, ch: Channel, req: Result) -> bytes:
+        matched, warning = self.guard.result(req.agent, req.digest, call_id=req.call_id, tool=req.tool, args=req.args)
+        if matched:
+            self.unsaved.add(req.agent)
+        return Done(matched=matched, warning=warning).encode(req.id)
 
     def _agent_end(self, ch: Channel, req: AgentEnd) -> bytes:
         known = self.guard.end_agent(req.agent)
@@ -636,6 +646,8 @@ class ServerSession:
             view.last_tool,
             view.last_seen,
             view.interrupt_reason,
+            view.warns,
+            view.rule,
         )
 
     def current_stats(self) -> GuardStats:
@@ -650,6 +662,7 @@ class ServerSession:
                 harnesses[name] = harnesses.get(name, 0) + 1
         stats.checks = guard.checks
         stats.denies = dict(guard.denies)
+        stats.warnings = guard.warnings
         stats.agents = len(guard)
         stats.connections = len(self.channels)
         stats.harnesses = harnesses
@@ -663,6 +676,7 @@ class ServerSession:
         return (
             guard.checks,
             tuple(guard.denies.values()),
+            guard.warnings,
             guard.paused,
             len(self.channels),
             stats.incident_log_error,
@@ -803,6 +817,7 @@ class ServerSession:
         paused: bool,
         checks: int,
         denies: dict[str, int],
+        warnings: int = 0,
         windows: bool = True,
     ) -> None:
         """Put back what the state store kept (at start, before any connection)."""
@@ -819,6 +834,7 @@ class ServerSession:
         if paused:
             guard.pause()
         guard.checks = checks
+        guard.warnings = warnings
         for kind, n in denies.items():
             if kind in guard.denies and type(n) is int:
                 guard.denies[kind] = n

@@ -89,6 +89,7 @@ class GuardRecord:
     interrupts: list[tuple[str, str, int, str, str | None]] = field(
         default_factory=list
     )  # agent, reason, denies, harness, parent
+    warnings: int = 0
 
 
 @dataclass(slots=True)
@@ -128,6 +129,25 @@ def encode_agent(agent: str, state: AgentState | None, harness: str, parent: str
         "harness": harness,
         "parent": parent,
     }
+    # the rules beyond the seed's, only when they hold something (a seed guard writes what it always did)
+    if state.warns:
+        body["warns"] = state.warns
+    if state.last:
+        body["last"] = state.last
+    if state.last_key is not None:
+        body["last_key"], body["run"] = state.last_key, state.run
+    if state.cycles:
+        body["cycles"] = state.cycles
+    if state.recent:
+        body["recent"] = state.recent
+    if state.before:
+        body["before"] = [[k, n] for k, n in state.before.items()]
+    if state.results:
+        body["results"] = [[k, d] for k, d in state.results.items()]
+    if state.tool_calls:
+        body["tool_calls"] = state.tool_calls
+    if state.stall:
+        body["stall"] = state.stall
     return _frame(_AGENT, agent, orjson.dumps(body))
 
 
@@ -137,6 +157,7 @@ def encode_guard(record: GuardRecord) -> bytes:
         "checks": record.checks,
         "denies": record.denies,
         "interrupts": record.interrupts,
+        "warnings": record.warnings,
     }
     return _frame(_GUARD, "", orjson.dumps(body))
 
@@ -180,9 +201,26 @@ def _decode_agent(agent: str, body: memoryview) -> AgentRecord:
         previews=previews,
         last_tool=str(obj.get("last_tool") or ""),
         last_seen=float(seen) if isinstance(seen, (int, float)) else None,
+        warns={str(k): int(v) for k, v in (obj.get("warns") or {}).items()},
+        last=str(obj.get("last") or ""),
+        last_key=int(obj["last_key"]) if obj.get("last_key") is not None else None,
+        run=int(obj.get("run") or 0),
+        cycles=[int(n) for n in obj["cycles"]] if obj.get("cycles") else None,
+        recent=[None if k is None else int(k) for k in obj["recent"]] if obj.get("recent") else None,
+        before={int(k): int(n) for k, n in obj["before"]} if obj.get("before") else None,
+        results={int(k): int(d) for k, d in obj["results"]} if obj.get("results") else None,
+        tool_calls={str(k): int(v) for k, v in obj["tool_calls"].items()} if obj.get("tool_calls") else None,
+        stall=_stall(obj.get("stall")),
     )
     parent = obj.get("parent")
     return AgentRecord(state, str(obj.get("harness") or ""), parent if isinstance(parent, str) else None)
+
+
+def _stall(value: Any) -> tuple[str, str | None, int] | None:
+    if not value:
+        return None
+    tool, digest, n = value
+    return str(tool), None if digest is None else str(digest), int(n)
 
 
 def _decode_guard(body: memoryview) -> GuardRecord:
@@ -192,7 +230,8 @@ def _decode_guard(body: memoryview) -> GuardRecord:
         for a, r, d, h, p in obj.get("interrupts") or ()
     ]
     denies = {str(k): int(v) for k, v in (obj.get("denies") or {}).items()}
-    return GuardRecord(bool(obj.get("paused")), int(obj.get("checks") or 0), denies, interrupts)
+    warnings = int(obj.get("warnings") or 0)
+    return GuardRecord(bool(obj.get("paused")), int(obj.get("checks") or 0), denies, interrupts, warnings)
 
 
 def _last_spans(data: Any) -> list[tuple[int, int]]:

@@ -7,20 +7,33 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from breaker import Config, ConfigError
-from breaker.config import DEFAULT_DENY_MESSAGE, KEYS, describe_value
+from breaker.config import BY_KEY, DEFAULT_DENY_MESSAGE, DEFAULT_WARN_MESSAGE, KEYS, PRESETS, describe_value
 
 
 def test_defaults_are_the_seeds():
     c = Config()
     assert c.to_mapping() == {
+        "preset": "seed",
         "enabled": True,
         "duplicateLimit": 6,
+        "duplicateWarn": 0,
+        "repeatLimit": 0,
+        "repeatWarn": 0,
+        "stallLimit": 0,
+        "stallWarn": 0,
+        "cycleLimit": 0,
+        "cycleWarn": 0,
+        "cyclePeriod": 4,
         "window": 200,
         "maxCallsPerAgent": 300,
+        "capWarn": 0,
+        "progress": False,
+        "tools": {},
         "exempt": ["todo_write", "ask_user_question", "exit_plan_mode"],
         "only": [],
         "ignoreArgs": ["description", "explanation", "reason", "thought", "purpose"],
         "denyMessage": DEFAULT_DENY_MESSAGE,
+        "warnMessage": DEFAULT_WARN_MESSAGE,
         "incidentLog": "",
         "maxAgents": 10_000,
         "failClosed": False,
@@ -55,10 +68,23 @@ def test_only_changed_lists_the_keys_that_differ_from_the_defaults():
 
 
 BAD_VALUES = {
+    "preset": ["Recommended", "strict", "", None, 1, ["seed"]],
     "enabled": ["yes", 1, None, [True]],
     "duplicateLimit": [0, -1, 1.5, "6", True, None, 10**12],
+    "duplicateWarn": [-1, "5", True, 1.5, 10**12],
+    "repeatLimit": [-1, "3", False, 2.5],
+    "repeatWarn": [-1, "3", None],
+    "stallLimit": [-1, "6", 1.0],
+    "stallWarn": [-1, False],
+    "cycleLimit": [-1, "3", True],
+    "cycleWarn": [-2, [3]],
+    "cyclePeriod": [0, 1, 9, "4", True],
     "window": [0, 100_001, 2.0, "200", False],
     "maxCallsPerAgent": [-1, 0.5, "300", True, 10**12],
+    "capWarn": [-1, "270", None],
+    "progress": ["true", 1, None],
+    "tools": [3, "bash", ["bash"], True],
+    "warnMessage": [None, 3, ["x"]],
     "exempt": ["todo_write", [1], [""], None, {"a": 1}, [None]],
     "only": ["bash", [["bash"]], 3],
     "ignoreArgs": ["description", [2], True],
@@ -274,3 +300,60 @@ def test_a_config_error_with_many_problems_spells_out_twenty_and_counts_the_rest
     assert len(info.value.problems) == 1_000  # every problem is kept for callers that list them
     message = str(info.value)
     assert message.count("an unknown key") == 20 and message.endswith("; and 980 more problems")
+
+
+# -- presets and per-tool overrides ---------------------------------------------------------------
+
+
+def test_the_seed_preset_is_the_default_and_changes_nothing():
+    assert Config.from_mapping({"preset": "seed"}) == Config()
+
+
+def test_the_recommended_preset_sets_its_values_and_keys_set_explicitly_win():
+    c = Config.from_mapping({"preset": "recommended", "repeatLimit": 5})
+    assert c.preset == "recommended" and c.repeat_limit == 5  # the explicit key wins
+    for key, value in PRESETS["recommended"].items():
+        if key != "repeatLimit":
+            assert getattr(c, BY_KEY[key].attr) == value, key
+    assert c.duplicate_limit == 6 and c.window == 200  # keys the preset does not set keep the seed's
+
+
+def test_only_changed_is_measured_against_the_preset():
+    c = Config.from_mapping({"preset": "recommended", "repeatLimit": 5})
+    assert c.to_mapping(only_changed=True) == {"preset": "recommended", "repeatLimit": 5}
+    assert Config.from_mapping(c.to_mapping(only_changed=True)) == c
+    assert Config.with_preset("recommended") == Config.from_mapping({"preset": "recommended"})
+
+
+def test_per_tool_overrides_are_normalised_and_round_trip():
+    c = Config.from_mapping({"tools": {"bash": {"repeatLimit": 6, "progress": True}, "web_search": {"maxCalls": 50}}})
+    assert c.tools == (("bash", (("repeatLimit", 6), ("progress", True))), ("web_search", (("maxCalls", 50),)))
+    assert c.to_mapping(only_changed=True) == {
+        "tools": {"bash": {"repeatLimit": 6, "progress": True}, "web_search": {"maxCalls": 50}}
+    }
+    assert Config.from_mapping(c.to_mapping()) == c
+    hash(c)  # still hashable
+
+
+@pytest.mark.parametrize(
+    ("tools", "key", "expected"),
+    [
+        ({"bash": {"repeatLimt": 3}}, "tools.bash.repeatLimt", "one of duplicateLimit"),
+        ({"bash": {"duplicateLimit": 0}}, "tools.bash.duplicateLimit", "an integer from 1"),
+        ({"bash": {"maxCalls": "50"}}, "tools.bash.maxCalls", "an integer"),
+        ({"bash": {"progress": 1}}, "tools.bash.progress", "true or false"),
+        ({"bash": 6}, "tools.bash", "a mapping of settings"),
+        ({"": {"repeatLimit": 3}}, "tools", "tool names"),
+    ],
+)
+def test_a_bad_per_tool_override_is_named_down_to_its_key(tools, key, expected):
+    with pytest.raises(ConfigError) as info:
+        Config.from_mapping({"tools": tools})
+    assert info.value.keys == [key]
+    assert expected in info.value.problems[0].expected
+
+
+def test_every_bad_per_tool_override_is_named_at_once():
+    with pytest.raises(ConfigError) as info:
+        Config.from_mapping({"tools": {"bash": {"repeatLimit": -1, "nope": 1}, "grep": {"maxCalls": None}}})
+    assert info.value.keys == ["tools.bash.repeatLimit", "tools.bash.nope", "tools.grep.maxCalls"]

@@ -90,6 +90,7 @@ def test_the_state_frame_fields_are_documented_and_nothing_else():
 REQUESTS = {
     "hello": {"harness": "dsh"},
     "check": {"agent": "a", "tool": "t", "args": {}},
+    "result": {"agent": "a", "digest": "d", "call_id": "c"},
     "agent_end": {"agent": "a"},
     "ping": {},
     "subscribe": {},
@@ -107,14 +108,22 @@ REQUESTS = {
 
 @pytest.mark.parametrize("op", sorted(REQUESTS))
 def test_each_reply_has_exactly_the_fields_its_op_declares(op):
-    session = ServerSession(Guard(Config(duplicate_limit=1)), clock=lambda: 0.0, owner_uid=1, pid=2)
+    session = ServerSession(Guard(Config(duplicate_limit=1, duplicate_warn=1)), clock=lambda: 0.0, owner_uid=1, pid=2)
     ch = session.open("operator", 1, 3)
-    if op == "check":  # a deny carries every field; an allow only `decision`
+    if op == "check":  # call 0 is allowed with a warning, call 1 denied: together every field
         session.receive(ch, b'{"op":"check","id":0,"agent":"a","tool":"t","args":{}}\n')
+    if op == "result":
+        session.receive(ch, b'{"op":"check","id":0,"agent":"a","tool":"t","args":{},"call_id":"c"}\n')
     session.receive(ch, orjson.dumps({"op": op, "id": 1, **REQUESTS[op]}) + b"\n")
     settle(session)
-    replies = [r for r in map(orjson.loads, ch.take_output().splitlines()) if r.get("id") == 1]
-    (reply,) = replies
+    replies = [r for r in map(orjson.loads, ch.take_output().splitlines()) if r.get("id") in (0, 1)]
+    reply = replies[-1]
+    assert reply["id"] == 1
+    if op == "check":
+        warned, denied = replies
+        assert warned["decision"] == "allow" and warned["warning"] and denied["decision"] == "deny"
+        assert sorted({*warned, *denied} - {"id"}) == sorted(OPS[op].REPLY), replies
+        return
     assert sorted(k for k in reply if k != "id") == sorted(OPS[op].REPLY), reply
 
 

@@ -80,7 +80,7 @@ OPERATOR_REQUESTS = {
 
 def test_every_op_is_either_a_harness_op_or_tested_here_as_an_operator_op():
     harness_ops = {op for op, cls in OPS.items() if cls.plane == "harness"}
-    assert harness_ops == {"hello", "check", "agent_end", "ping"}
+    assert harness_ops == {"hello", "check", "result", "agent_end", "ping"}
     assert set(OPS) == harness_ops | set(OPERATOR_REQUESTS)
 
 
@@ -410,3 +410,74 @@ def test_what_changed_is_handed_to_the_store_and_restores_to_the_same_verdicts()
 def test_slots_start_empty():
     assert Slot().data is None
     assert ErrorReply("busy", "x").closes and not ErrorReply("bad_json", "x").closes
+
+
+# -- warnings and results (the rules beyond the seed's) --------------------------------------------
+
+
+def test_an_allow_near_a_limit_carries_the_warning_rule_and_tally_and_a_deny_the_rule_as_kind():
+    session = make(Config.with_preset("recommended"))
+    ch = session.open("harness", UID, 7)
+    session.receive(ch, b"".join(check(i, call_id=f"c{i}") for i in range(3)))
+    got = replies(session, ch)
+    assert got[0] == {"id": 0, "decision": "allow"}
+    assert got[1]["decision"] == "allow" and got[1]["rule"] == "repeat" and (got[1]["count"], got[1]["limit"]) == (2, 2)
+    assert "number 2 of the 2 identical calls in a row" in got[1]["warning"]
+    assert got[2]["decision"] == "deny" and got[2]["kind"] == "repeat"
+    assert session.current_stats().warnings == 1 and session.current_stats().denies["repeat"] == 1
+
+
+def test_a_result_on_the_harness_socket_is_matched_by_call_id_and_hands_back_the_warning():
+    session = make(Config.with_preset("recommended"))
+    ch = session.open("harness", UID, 7)
+    session.receive(ch, b"".join(check(i, call_id=f"c{i}") for i in range(2)))
+    warning = replies(session, ch)[1]["warning"]
+    session.receive(ch, frame(op="result", id=9, agent="a", call_id="c1", digest="d1"))
+    session.receive(ch, frame(op="result", id=10, agent="a", call_id="nope", digest="d1"))
+    session.receive(ch, frame(op="result", id=11, agent="a", tool="t", args={}, digest="d2"))
+    assert replies(session, ch) == [
+        {"id": 9, "ok": True, "matched": True, "warning": warning},
+        {"id": 10, "ok": True, "matched": False, "warning": ""},
+        {"id": 11, "ok": True, "matched": True, "warning": ""},
+    ]
+    assert "a" in session.unsaved  # a matched result changes what a restart must keep
+
+
+def test_a_progressing_poll_reported_over_the_wire_is_never_denied():
+    session = make(Config.with_preset("recommended"))
+    ch = session.open("harness", UID, 7)
+    for i in range(20):
+        session.receive(ch, check(2 * i, call_id=i))
+        session.receive(ch, frame(op="result", id=2 * i + 1, agent="a", call_id=i, digest=f"run {i}"))
+    decisions = [r["decision"] for r in replies(session, ch) if "decision" in r]
+    assert decisions == ["allow"] * 20
+
+
+@pytest.mark.parametrize(
+    ("fields", "named"),
+    [
+        ({"agent": "a", "call_id": "c"}, "'digest'"),
+        ({"agent": "", "call_id": "c", "digest": "d"}, "'agent'"),
+        ({"agent": "a", "digest": "d"}, "'call_id', or 'tool'"),
+        ({"agent": "a", "call_id": "c", "digest": "x" * 129}, "'digest' is 129 characters"),
+        ({"agent": "a", "call_id": 1.5, "digest": "d"}, "'call_id'"),
+        ({"agent": "a", "tool": 3, "digest": "d"}, "'tool'"),
+    ],
+)
+def test_a_bad_result_frame_is_a_bad_request_naming_the_field_and_the_connection_goes_on(fields, named):
+    session = make(Config.with_preset("recommended"))
+    ch = session.open("harness", UID, 7)
+    session.receive(ch, frame(op="result", id=1, **fields) + check(2))
+    bad, ok = replies(session, ch)
+    assert bad["error"]["code"] == "bad_request" and named in bad["error"]["message"] and bad["id"] == 1
+    assert ok == {"id": 2, "decision": "allow"}
+
+
+def test_agent_rows_carry_warns_and_the_rule_behind_the_status():
+    session = make(Config.with_preset("recommended"))
+    ch = session.open("harness", UID, 7)
+    session.receive(ch, b"".join(check(i) for i in range(2)))
+    view = session.guard.agent_view("a")
+    assert view is not None
+    row = session.row(view).to_json()
+    assert (row["status"], row["rule"], row["warns"]) == ("warned", "repeat", {"repeat": 1})

@@ -106,3 +106,38 @@ def test_compaction_keeps_only_the_last_record_of_each_agent(tmp_path: Path):
     loaded, _ = load(path)
     assert [(r.state.agent, r.state.calls) for r in loaded.agents] == [("a", 59)]
     assert path.stat().st_size < 4 * len(encode_agent("a", state("a", 59, ring=list(range(1, 40))), "", None)) + 4096
+
+
+def test_the_new_rules_state_and_the_warning_counter_read_back_the_same(tmp_path: Path):
+    from breaker import Config, Guard
+
+    guard = Guard(Config.from_mapping({"preset": "recommended", "tools": {"web_search": {"maxCalls": 9}}}))
+    for i, c in enumerate("abababxxa"):
+        guard.check("a", "web_search", {"q": c}, call_id=i)
+        guard.result("a", f"r{i % 2}", call_id=i)
+    full = guard.export_agent("a")
+    assert full is not None and full.warns and full.recent and full.before and full.results
+    assert full.tool_calls and full.cycles and full.last_key is not None
+    path = tmp_path / "s.cbstate"
+    store = StateStore(path, seed=1)
+    store.open()
+    record = GuardRecord(False, 9, {"duplicate": 1}, [], warnings=guard.warnings)
+    save(store, [("a", full, "dsh", None), record])
+    store.close()
+    loaded, _good = load(path)
+    assert loaded.agents[0].state == full
+    assert loaded.guard is not None and loaded.guard.warnings == guard.warnings > 0
+
+
+def test_a_seed_guards_agent_record_holds_what_it_always_held_and_the_repeat_run():
+    import orjson
+
+    from breaker import Config, Guard
+
+    guard = Guard(Config())
+    for c in "abab":
+        guard.check("a", "bash", {"command": c})
+    data = encode_agent("a", guard.export_agent("a"), "dsh", None)
+    body = orjson.loads(data[data.index(b"{") :])
+    old = {"calls", "denies", "ring", "previews", "last_tool", "last_seen", "harness", "parent"}
+    assert set(body) == old | {"last_key", "run"}  # no warnings, cycles, results or per-tool tallies

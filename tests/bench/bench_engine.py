@@ -5,7 +5,9 @@ Run:  .venv/bin/python tests/bench/bench_engine.py          (add --quick for a f
 Each timing is printed as median and p99 per call, with the ratio to a baseline measured in the
 same run: the irreducible work of any exact-match guard on the same args (canonical JSON with
 sorted keys, then a hash). Targets (issue 2): typical 3-key search call median <= 4 us; memory per
-remembered call <= 200 bytes, so 1,000 agents x 200-call windows of 10 KB args < 64 MiB.
+remembered call <= 200 bytes, so 1,000 agents x 200-call windows of 10 KB args < 64 MiB. Issue 11:
+the same with `preset: recommended` (repeats, cycles, warnings, progress): typical call median
+<= 2 us, printed beside the seed preset's figure; memory per remembered call stays bounded.
 """
 
 from __future__ import annotations
@@ -61,10 +63,9 @@ def row(name: str, samples: list[int], base: list[int], floor: int) -> None:
     print(f"{name:<44} median {med:6.2f} us   p99 {p99:6.2f} us   baseline {bmed:6.2f} us   ratio {med / bmed:5.2f}x")
 
 
-def bench_checks(n: int, repeat: int) -> None:
-    floor = overhead()
-    print(f"timer overhead {floor} ns (subtracted)")
-    guard = Guard(Config(max_calls_per_agent=0))
+def bench_checks(n: int, repeat: int, preset: str, floor: int) -> None:
+    print(f"-- preset: {preset}")
+    guard = Guard(Config.with_preset(preset, max_calls_per_agent=0))
     # A healthy agent: distinct searches, cycling through more queries than the window holds.
     typical = [
         ("agent-1", "web_search", {"query": f"gated deltanet repetition {i % 1000}", "max_results": 5, "lang": "en"})
@@ -99,15 +100,18 @@ def bench_checks(n: int, repeat: int) -> None:
     row("check, 100 KB args (hash-bound)", timed(guard.check, big, repeat), base, floor)
 
 
-def bench_memory(agents: int, window: int, arg_kb: int) -> None:
+def bench_memory(agents: int, window: int, arg_kb: int, preset: str) -> None:
     gc.collect()
-    guard = Guard(Config(window=window, max_calls_per_agent=0, max_agents=agents))
+    guard = Guard(Config.with_preset(preset, window=window, max_calls_per_agent=0, max_agents=agents))
     pad = "y" * (arg_kb * 1024)
     tracemalloc.start()
     before = tracemalloc.get_traced_memory()[0]
     for i in range(window):
         for a in range(agents):
-            guard.check(f"agent-{a:04d}", "write", {"path": f"/f/{i}", "content": pad, "n": i})
+            agent = f"agent-{a:04d}"
+            guard.check(agent, "write", {"path": f"/f/{i}", "content": pad, "n": i}, call_id=i)
+            if preset != "seed":
+                guard.result(agent, f"{i:016x}", call_id=i)  # with progress, every result is remembered
     gc.collect()
     after = tracemalloc.get_traced_memory()[0]
     tracemalloc.stop()
@@ -115,7 +119,8 @@ def bench_memory(agents: int, window: int, arg_kb: int) -> None:
     per_call = (after - before) / calls
     total = after - before
     print(
-        f"memory: {agents:,} agents x {window}-call windows of {arg_kb} KB args: {total / 2**20:.1f} MiB in all, "
+        f"memory [{preset}]: {agents:,} agents x {window}-call windows of {arg_kb} KB args: "
+        f"{total / 2**20:.1f} MiB in all, "
         f"{per_call:.0f} bytes per remembered call (args alone would be {arg_kb * 1024 * calls / 2**20:,.0f} MiB)"
     )
 
@@ -126,11 +131,15 @@ def main() -> None:
     ns = parser.parse_args()
     n, repeat = (2_000, 1) if ns.quick else (20_000, 5)
     print(f"Python {sys.version.split()[0]}, orjson {orjson.__version__}")
-    bench_checks(n, repeat)
-    if ns.quick:
-        bench_memory(50, 20, 1)
-    else:
-        bench_memory(1000, 200, 10)
+    floor = overhead()
+    print(f"timer overhead {floor} ns (subtracted)")
+    for preset in ("seed", "recommended"):
+        bench_checks(n, repeat, preset, floor)
+    for preset in ("seed", "recommended"):
+        if ns.quick:
+            bench_memory(50, 20, 1, preset)
+        else:
+            bench_memory(1000, 200, 10, preset)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,373 @@
+"""The rules beyond the seed's: repeats in a row, cycles, warnings, progress, per-tool overrides."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from breaker import Config
+from breaker.engine import Guard, Verdict
+from breaker.keys import result_digest
+
+LS = {"command": "ls"}
+
+
+def calls(guard: Guard, seq: str, agent: str = "a", tool: str = "bash") -> list[Verdict]:
+    """One call per letter: the letter is the command."""
+    return [guard.check(agent, tool, {"command": c}) for c in seq]
+
+
+def outcome(v: Verdict) -> str:
+    """'.' allowed, 'w' allowed with a warning, or the deny's kind's first letter in capitals."""
+    if v.allowed:
+        return "w" if v.warning else "."
+    return (v.kind or "?")[0].upper()
+
+
+def run(guard: Guard, seq: str, **kw) -> str:
+    return "".join(map(outcome, calls(guard, seq, **kw)))
+
+
+# -- the seed preset is the seed ------------------------------------------------------------------
+
+
+def test_the_seed_preset_warns_never_and_denies_only_duplicates_and_caps():
+    g = Guard(Config())
+    assert run(g, "a" * 8) == "......DD"
+    assert g.warnings == 0 and g.denies["repeat"] == g.denies["cycle"] == 0
+    assert run(Guard(Config()), "ab" * 8) == "." * 12 + "DDDD"
+
+
+# -- repeats in a row -----------------------------------------------------------------------------
+
+
+def test_the_repeat_rule_denies_the_call_after_the_limit_in_a_row():
+    g = Guard(Config(repeat_limit=3))
+    assert run(g, "aaaaa") == "...RR"
+    v = g.check("a", "bash", {"command": "a"})
+    assert (v.kind, v.count, v.limit, v.rule) == ("repeat", 3, 3, "repeat")
+
+
+def test_a_different_call_in_between_breaks_the_run():
+    g = Guard(Config(repeat_limit=2))
+    assert run(g, "aabaab") == "......"
+    assert run(g, "bb") == ".R"  # "b" then "b" then "b": its third in a row
+
+
+def test_a_denied_repeat_does_not_lengthen_the_run_and_a_new_call_resets_it():
+    g = Guard(Config(repeat_limit=2, duplicate_limit=100))
+    assert run(g, "aaaa") == "..RR"
+    assert run(g, "baa") == "..."  # after "b", "a" may run twice in a row again
+
+
+def test_the_repeat_rule_is_off_at_zero():
+    assert run(Guard(Config(repeat_limit=0, duplicate_limit=100)), "a" * 50) == "." * 50
+
+
+# -- cycles ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("seq", "period"),
+    [("ab", 2), ("abc", 3), ("abcd", 4)],
+)
+def test_a_cycle_is_denied_when_it_would_start_a_round_past_the_limit(seq, period):
+    g = Guard(Config(cycle_limit=3, duplicate_limit=100))
+    got = run(g, seq * 4)
+    assert got == "." * (3 * period) + "C" * period  # three rounds allowed, the fourth denied
+    assert g.denies["cycle"] == period
+
+
+def test_a_cycle_longer_than_the_period_looked_for_is_not_a_cycle():
+    g = Guard(Config(cycle_limit=2, cycle_period=3, duplicate_limit=100))
+    assert run(g, "abcd" * 4) == "." * 16
+
+
+def test_a_repeated_block_of_one_call_is_the_repeat_rules_not_a_cycle():
+    g = Guard(Config(cycle_limit=1, duplicate_limit=100))
+    assert run(g, "a" * 10) == "." * 10
+    g = Guard(Config(cycle_limit=1, duplicate_limit=100))
+    assert run(g, "aabb" * 3) == "...." + "C" * 8  # a cycle of period 4 (of which "aa" is part)
+
+
+def test_varied_work_is_not_a_cycle():
+    g = Guard(Config(cycle_limit=2, duplicate_limit=100))
+    assert run(g, "abcabdabeacbdcebda") == "." * 18
+
+
+# -- warnings -------------------------------------------------------------------------------------
+
+
+def test_a_warning_comes_before_each_rules_first_deny():
+    g = Guard(Config.with_preset("recommended"))
+    assert run(g, "aaaa") == ".wRR"  # two in a row allowed, the second warned
+    g = Guard(Config.with_preset("recommended"))
+    assert run(g, "ab" * 4) == "...wCCCC"  # two rounds allowed, the last call of them warned
+    g = Guard(Config.with_preset("recommended"))
+    assert run(g, "abacadaeafagah") == "........w.w.D."  # the fifth and sixth "a" warned, the seventh denied
+
+
+def test_the_warning_names_the_rule_its_tally_and_limit_and_the_tool():
+    g = Guard(Config(repeat_limit=3, repeat_warn=2))  # the last two of the three allowed in a row
+    calls(g, "a")
+    v = g.check("a", "bash", {"command": "a"})
+    assert v.allowed and v.counted and (v.rule, v.count, v.limit) == ("repeat", 2, 3)
+    assert "(repeat)" in v.warning and "bash" in v.warning and "number 2 of the 3 identical calls in a row" in v.warning
+    assert g.warnings == 1
+
+
+def test_the_warning_text_is_the_configured_one_filled_in_one_pass():
+    g = Guard(Config(duplicate_warn=6, warn_message="{tool}:{rule}:{count}/{limit}"))
+    v = g.check("a", "{count}", {})
+    assert v.warning == "{count}:duplicate:1/6"
+
+
+def test_the_cap_warns_from_cap_warn_on():
+    g = Guard(Config(max_calls_per_agent=5, cap_warn=2))
+    assert run(g, "abcdef") == "...wwC"  # the last two calls it allows are warned; "C" is the cap's kind
+    v = g.check("a", "bash", {"command": "z"})
+    assert v.kind == "cap"
+
+
+def test_a_warning_is_counted_per_agent_and_shown_in_its_view():
+    g = Guard(Config(repeat_limit=3, repeat_warn=1))
+    calls(g, "aaa")
+    view = g.agent_view("a")
+    assert view is not None and view.status == "warned" and view.rule == "repeat" and view.warns == {"repeat": 1}
+    calls(g, "a")
+    view = g.agent_view("a")
+    assert view is not None and view.status == "repeat" and view.rule == "repeat" and view.denies == {"repeat": 1}
+    calls(g, "b")
+    view = g.agent_view("a")
+    assert view is not None and view.status == "ok" and view.rule == ""
+
+
+# -- progress -------------------------------------------------------------------------------------
+
+
+def poll(guard: Guard, results: list[str], agent: str = "a") -> str:
+    """The same call once per result, each result reported before the next call."""
+    out = []
+    for i, result in enumerate(results):
+        v = guard.check(agent, "bash", {"command": "gh run view"}, call_id=f"c{i}")
+        out.append(outcome(v))
+        if v.allowed:
+            guard.result(agent, result_digest(result), call_id=f"c{i}")
+    return "".join(out)
+
+
+def test_a_poll_whose_result_changes_every_time_is_never_stopped():
+    g = Guard(Config.with_preset("recommended"))
+    assert "R" not in poll(g, [f"in progress {i}" for i in range(40)]).upper().replace("W", "")
+    assert g.denies["repeat"] == g.denies["duplicate"] == 0
+
+
+def test_a_poll_spinning_on_the_same_result_is_stopped():
+    g = Guard(Config.with_preset("recommended"))
+    assert poll(g, ["queued"] * 5) == ".wRRR"
+
+
+def test_a_poll_that_stops_progressing_is_stopped_counted_from_its_last_change():
+    g = Guard(Config.with_preset("recommended"))
+    # the second call is warned (nothing says yet that it progresses); then each new result starts
+    # the count again, and once the answer stops changing, two more calls are allowed
+    assert poll(g, ["1", "2", "3", "4", "done", "done", "done", "done"]) == ".w....wR"
+
+
+def test_without_progress_a_changing_result_changes_nothing():
+    g = Guard(Config(repeat_limit=3))
+    assert poll(g, [str(i) for i in range(5)]) == "...RR"
+
+
+def test_a_result_that_never_comes_counts_as_today():
+    g = Guard(Config.with_preset("recommended"))
+    assert run(g, "aaaa") == ".wRR"
+
+
+def test_a_result_is_found_by_tool_and_args_when_there_is_no_call_id():
+    g = Guard(Config.with_preset("recommended"))
+    out = []
+    for i in range(10):
+        v = g.check("a", "run_shell_command", {"command": "date"})
+        out.append(outcome(v))
+        found, _warning = g.result("a", result_digest(str(i)), tool="run_shell_command", args={"command": "date"})
+        assert found
+    assert "R" not in "".join(out) and "D" not in "".join(out)
+
+
+def test_result_hands_back_the_calls_warning_once():
+    g = Guard(Config.with_preset("recommended"))
+    for i in range(2):
+        v = g.check("a", "bash", LS, call_id=i)
+    assert v.warning
+    assert g.result("a", "x", call_id=1) == (True, v.warning)
+    assert g.result("a", "x", call_id=1) == (False, "")  # already reported
+    assert g.result("a", "x", call_id=0) == (True, "")
+    assert g.result("nobody", "x", call_id=0) == (False, "")
+
+
+def test_progress_can_be_switched_on_for_one_tool():
+    config = Config.from_mapping({"repeatLimit": 2, "tools": {"Web-Fetch": {"progress": True}}})
+    g = Guard(config)
+    out = ""
+    for i in range(6):
+        for tool in ("web_fetch", "bash"):
+            v = g.check("a", tool, LS, call_id=f"{tool}{i}")
+            out += outcome(v)
+            if v.allowed:
+                g.result("a", str(i), call_id=f"{tool}{i}")
+    assert out[0::2] == "......"  # web_fetch: progressing
+    assert out[1::2] == "......"  # bash alternates with web_fetch: never in a row
+    g = Guard(config)
+    assert poll(g, [str(i) for i in range(4)]) == "..RR"  # bash on its own: progress is off for it
+
+
+# -- stalls: calls of one tool in a row that all get the same result -------------------------------
+
+
+def stall(guard: Guard, calls: list[tuple[str, str, str]], agent: str = "a") -> str:
+    """(tool, args text, result) per call; each result reported by call id before the next call."""
+    out = []
+    for i, (tool, text, result) in enumerate(calls):
+        v = guard.check(agent, tool, {"actions": text}, call_id=i)
+        out.append(outcome(v))
+        if v.allowed:
+            guard.result(agent, result_digest(result), call_id=i)
+    return "".join(out)
+
+
+def test_a_tool_stuck_on_one_result_is_stopped_whatever_its_args():
+    g = Guard(Config(stall_limit=4, stall_warn=1))
+    page = "the same page"
+    assert stall(g, [("browse", f"click({i}) noop({i})", page) for i in range(7)]) == "...wSSS"
+    v = g.check("a", "browse", {"actions": "something else"})
+    assert (v.kind, v.count, v.limit) == ("stall", 4, 4)
+    assert stall(g, [("bash", "ls", "x")]) == "."  # another tool is not stalled
+
+
+def test_a_new_result_or_another_tool_in_between_ends_the_stall():
+    g = Guard(Config(stall_limit=3))
+    calls = [("browse", "0", "same"), ("browse", "1", "same"), ("browse", "2", "new")]
+    calls += [("browse", "3", "new"), ("browse", "4", "new"), ("read", "x", "new")]
+    calls += [("browse", "5", "new"), ("browse", "6", "new"), ("browse", "7", "new")]
+    assert stall(g, calls) == "." * 9
+    assert stall(g, [("browse", "8", "new")]) == "S"  # three in a row got "new"
+
+
+def test_calls_without_results_never_stall():
+    g = Guard(Config(stall_limit=2))
+    assert run(g, "abcdefgh", tool="browse") == "." * 8
+
+
+def test_recommended_stops_the_stuck_browser_and_lets_five_stalled_actions_recover():
+    g = Guard(Config.with_preset("recommended"))
+    stuck = [("browse", f"try {i}", "page") for i in range(8)]
+    assert stall(g, stuck) == ".....wSS"
+    g = Guard(Config.with_preset("recommended"))
+    recovers = [("browse", f"try {i}", "page") for i in range(5)] + [("browse", "the fix", "next page")]
+    assert stall(g, recovers) == ".....w"  # warned on its sixth try, which gets through
+
+
+# -- per-tool overrides ---------------------------------------------------------------------------
+
+
+def test_a_per_tool_duplicate_limit_applies_to_that_tool_only_matched_as_exempt_is():
+    g = Guard(Config.from_mapping({"tools": {"BASH": {"duplicateLimit": 2}}}))
+    assert run(g, "aba") == "..D".replace("D", ".")  # two "a" allowed
+    assert run(g, "a") == "D"
+    assert run(g, "aaa", tool="read") == "..."
+
+
+def test_a_per_tool_cap_caps_that_tools_calls_per_agent():
+    g = Guard(Config.from_mapping({"tools": {"web_search": {"maxCalls": 3, "maxCallsWarn": 1}}}))
+    assert run(g, "abcd", tool="web_search") == "..wC"
+    v = g.check("a", "web_search", {"command": "e"})
+    assert (v.kind, v.count, v.limit) == ("cap", 3, 3)
+    assert run(g, "abcd", tool="bash") == "...."  # other tools are not capped
+    assert run(g, "ab", agent="b", tool="web_search") == ".."  # per agent
+
+
+def test_a_per_tool_repeat_limit_overrides_the_presets():
+    g = Guard(Config.from_mapping({"preset": "recommended", "tools": {"bash": {"repeatLimit": 5}}}))
+    assert run(g, "a" * 6) == "....wR"
+    assert run(g, "a" * 4, tool="read") == ".wRR"
+
+
+# -- restarts -------------------------------------------------------------------------------------
+
+
+def test_export_and_restore_keep_every_rules_state():
+    config = Config.from_mapping({"preset": "recommended", "tools": {"web_search": {"maxCalls": 3}}})
+    g = Guard(config)
+    poll(g, ["1", "2", "2"])
+    calls(g, "ab", tool="web_search")
+    state = g.export_agent("a")
+    assert state is not None
+    h = Guard(config)
+    h.restore_agent(state)
+    assert h.export_agent("a") == state
+    # both go on the same way
+    assert poll(g, ["2", "2"]) == poll(h, ["2", "2"])
+    assert run(g, "cd", tool="web_search") == run(h, "cd", tool="web_search") == ".C"
+
+
+def test_a_restore_without_windows_keeps_the_tallies_and_per_tool_calls_but_no_digests():
+    config = Config.from_mapping({"repeatLimit": 3, "repeatWarn": 2, "tools": {"web_search": {"maxCalls": 2}}})
+    g = Guard(config)
+    calls(g, "aa")
+    calls(g, "b", tool="web_search")
+    state = g.export_agent("a")
+    assert state is not None and state.warns == {"repeat": 1}
+    h = Guard(config)
+    h.restore_agent(state, windows=False)
+    restored = h.export_agent("a")
+    assert restored is not None
+    assert restored.warns == {"repeat": 1} and restored.tool_calls == {"websearch": 1}
+    assert restored.last_key is None and restored.before is None and restored.ring == []
+
+
+def test_memory_per_agent_stays_bounded_whatever_the_calls_and_results():
+    g = Guard(Config.from_mapping({"preset": "recommended", "window": 20}))
+    for i in range(2000):
+        v = g.check("a", "bash", {"command": str(i % 50), "blob": "x" * 1000}, call_id=i)
+        if v.allowed and i % 3:
+            g.result("a", result_digest(i), call_id=i)
+    state = g.export_agent("a")
+    assert state is not None
+    assert len(state.ring) == 20
+    assert len(state.before or {}) <= 20 and len(state.results or {}) <= 20
+    assert len(g._agents["a"].pending or {}) <= 64
+
+
+# -- properties -----------------------------------------------------------------------------------
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.sampled_from("abcd"), max_size=60), st.integers(2, 8))
+def test_under_recommended_every_first_deny_follows_a_warning(seq, period):
+    g = Guard(Config.with_preset("recommended", cycle_period=period, max_calls_per_agent=0))
+    warned = False
+    for v in calls(g, "".join(seq)):
+        if v.warning:
+            warned = True
+        if not v.allowed:
+            assert warned, (seq, v)
+            break
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from("abcd"), max_size=60))
+def test_the_seed_preset_gives_the_seeds_verdicts_whatever_the_calls(seq):
+    text = "".join(seq)
+    new = run(Guard(Config.from_mapping({"preset": "seed"})), text)
+    # the seed's rule, counted by hand: the n-th identical call in the window is denied past the limit
+    counts: dict[str, int] = {}
+    expected = ""
+    for c in text:
+        if counts.get(c, 0) >= 6:
+            expected += "D"
+        else:
+            counts[c] = counts.get(c, 0) + 1
+            expected += "."
+    assert new == expected
