@@ -1,4 +1,5 @@
-"""`cbreplay`: replay real transcripts through the guard; print the per-agent table and where it would have denied."""
+"""`cbreplay`: replay real transcripts through the guard (their results too); print the per-agent table and where
+it would have denied, or feed them to the live guard. `--compare` hands over to `breaker.compare`."""
 
 from __future__ import annotations
 
@@ -9,23 +10,36 @@ import sys
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 import yaml
 
-from breaker.config import Config, ConfigError, Problem, describe_value
+from breaker.config import BY_KEY, Config, ConfigError, Problem, describe_value
 from breaker.engine import Guard
 from breaker.keys import preview, tool_class_name
 from breaker.patch import PatchSources, load
-from breaker.transcripts import FORMAT_ALIASES, FORMATS, Agent, Reading, TranscriptError, harness_of, read
+from breaker.transcripts import (
+    FORMAT_ALIASES,
+    FORMATS,
+    Agent,
+    Reading,
+    TranscriptError,
+    harness_of,
+    read,
+)
 
 __all__ = [
+    "MAX_GAP",
     "SEARCH_TOOLS",
+    "WIDTH",
     "AgentResult",
     "FirstDeny",
+    "FirstWarning",
     "Replay",
+    "VerdictLine",
     "duration",
+    "feed",
     "load_config",
     "main",
     "printable",
@@ -69,7 +83,9 @@ def load_config(
         config = Config()
         origin = "built-in defaults"
     if sets:
-        mapping = config.to_mapping()
+        # Only what differs from the preset: `--set preset=recommended` then brings the preset's values,
+        # and a key set in a layer or by another --set still wins over them.
+        mapping = config.to_mapping(only_changed=True)
         for item in sets:
             key, sep, raw = item.partition("=")
             key = key.strip()
@@ -105,6 +121,11 @@ class FirstDeny:
     args: Any
 
 
+@dataclass(frozen=True)
+class FirstWarning(FirstDeny):
+    """An agent's first call allowed with a warning; `kind` is the rule that warned."""
+
+
 @dataclass
 class AgentResult:
     """One agent's row: what its transcript shows and what the guard would have done."""
@@ -119,6 +140,9 @@ class AgentResult:
     denied: int = 0
     denied_by_kind: dict[str, int] = field(default_factory=dict)
     first_deny: FirstDeny | None = None
+    warned: int = 0  # calls allowed with a warning
+    warned_by_rule: dict[str, int] = field(default_factory=dict)
+    first_warning: FirstWarning | None = None
 
 
 @dataclass
@@ -127,7 +151,7 @@ class Replay:
 
     config: Config
     rows: list[AgentResult]
-    verdicts: list[tuple[str, int, str, bool, str | None]] | None  # agent, index, tool, allowed, kind
+    verdicts: list[VerdictLine] | None
     reading: Reading
 
     @property
@@ -139,8 +163,20 @@ class Replay:
         return sum(r.denied for r in self.rows)
 
 
+class VerdictLine(NamedTuple):
+    """One call's verdict in replay: the agent, the call's number in its run (from 1), the tool,
+    allowed or not, the deny kind (None if allowed), and the rule that warned (None if none)."""
+
+    agent: str
+    number: int
+    tool: str
+    allowed: bool
+    kind: str | None
+    warned: str | None
+
+
 class _Tally:
-    __slots__ = ("calls", "counts", "denied", "distinct", "first", "kinds", "searches")
+    __slots__ = ("calls", "counts", "denied", "distinct", "first", "first_warn", "kinds", "searches", "warns")
 
     def __init__(self) -> None:
         self.calls = 0
@@ -150,25 +186,39 @@ class _Tally:
         self.denied = 0
         self.kinds: dict[str, int] = {}
         self.first: tuple[int, Any, str, int, int, str, Any] | None = None
+        self.warns: dict[str, int] = {}
+        self.first_warn: tuple[int, Any, str, int, int, str, Any] | None = None
 
 
 def replay(
     reading: Reading, config: Config, *, search_tools: Iterable[str] = SEARCH_TOOLS, verdicts: bool = False
 ) -> Replay:
-    """Feed every call, in input order, into one Guard with `config` (now = the call's time); tally per agent."""
+    """Feed every call, in input order, into one Guard with `config` (now = the call's time); tally per agent.
+
+    A call's recorded result (`reading.results`) is reported to the guard right after the call is
+    allowed, before that agent's next call, as a harness reports it live (rules with `progress` use
+    it). A denied call's recorded result is not reported: the tool would not have run.
+    """
     guard = Guard(config)
     check = guard.check
+    results = reading.results
+    report = guard.result
     ignore = frozenset(config.ignore_args)
     searchy = frozenset(map(tool_class_name, search_tools))
     is_search: dict[str, bool] = {}
     tallies: dict[str, _Tally] = {}
-    out: list[tuple[str, int, str, bool, str | None]] | None = [] if verdicts else None
+    out: list[VerdictLine] | None = [] if verdicts else None
     dumps = orjson.dumps
     last_agent: str | None = None
     tally = _Tally()
     counts = tally.counts
-    for agent, tool, args, t in reading.calls:
-        v = check(agent, tool, args, t)
+    for i, (agent, tool, args, t) in enumerate(reading.calls):
+        if results:
+            v = check(agent, tool, args, t, call_id=i)
+            if v.allowed and i in results:
+                report(agent, results[i], call_id=i)
+        else:
+            v = check(agent, tool, args, t)
         if agent != last_agent:  # transcripts come agent by agent: look the tally up only on a change
             last_agent = agent
             found = tallies.get(agent)
@@ -207,14 +257,20 @@ def replay(
                 query = args.get("query") if type(args) is dict else None
                 tally.searches += 1
                 tally.distinct.add(query if type(query) is str else key)
+        warned = None
         if not v.allowed:
             tally.denied += 1
             kind = v.kind or "deny"
             tally.kinds[kind] = tally.kinds.get(kind, 0) + 1
             if tally.first is None:
                 tally.first = (n, t, kind, v.count, v.limit, tool, args)
+        elif v.warning:
+            warned = v.rule or "warn"
+            tally.warns[warned] = tally.warns.get(warned, 0) + 1
+            if tally.first_warn is None:
+                tally.first_warn = (n, t, warned, v.count, v.limit, tool, args)
         if out is not None:
-            out.append((agent, n, tool, v.allowed, v.kind))
+            out.append(VerdictLine(agent, n, tool, v.allowed, v.kind, warned))
 
     rows = []
     for info in _tree_order(reading.agents):
@@ -229,6 +285,11 @@ def replay(
                 n, t, kind, count, limit, tool, args = done.first
                 after = t - info.first if t is not None and info.first is not None else None
                 row.first_deny = FirstDeny(n, after, kind, count, limit, tool, args)
+            row.warned, row.warned_by_rule = sum(done.warns.values()), dict(done.warns)
+            if done.first_warn is not None:
+                n, t, rule, count, limit, tool, args = done.first_warn
+                after = t - info.first if t is not None and info.first is not None else None
+                row.first_warning = FirstWarning(n, after, rule, count, limit, tool, args)
         rows.append(row)
     return Replay(config, rows, out, reading)
 
@@ -329,7 +390,41 @@ def _config_line(config: Config, origin: str) -> str:
             parts.append(f"{key} [{', '.join(changed[key])}]")
     if not config.enabled:
         parts.append("enabled false (the guard allows everything)")
-    return printable("config: " + ", ".join(parts)) + "\n" + printable(f"  from: {origin}")
+    lines = ["config: " + ", ".join(parts), *("  " + extra for extra in _rules_lines(config)), f"  from: {origin}"]
+    return "\n".join(printable(line) for line in lines)
+
+
+def _rules_lines(config: Config) -> list[str]:
+    """The rules beyond the seed's that `config` turns on (none: []): the preset, repeat, stall,
+    cycle, progress, per-tool overrides; and the warnings, on a line of their own."""
+    parts = []
+    if config.preset != "seed":
+        parts.append(f"preset {config.preset}")
+    if config.repeat_limit:
+        parts.append(f"repeatLimit {config.repeat_limit}")
+    if config.stall_limit:
+        parts.append(f"stallLimit {config.stall_limit}")
+    if config.cycle_limit:
+        period = f" (cyclePeriod {config.cycle_period})" if config.cycle_period != BY_KEY["cyclePeriod"].default else ""
+        parts.append(f"cycleLimit {config.cycle_limit}{period}")
+    if config.progress:
+        parts.append("progress")
+    if config.tools:
+        tools = "; ".join(f"{t}: " + " ".join(f"{k} {v}" for k, v in o) for t, o in config.tools)
+        parts.append(f"tools {{{tools}}}")
+    warns = [
+        f"{key} {value}"
+        for key, value in (
+            ("duplicateWarn", config.duplicate_warn),
+            ("repeatWarn", config.repeat_warn),
+            ("stallWarn", config.stall_warn),
+            ("cycleWarn", config.cycle_warn),
+            ("capWarn", config.cap_warn),
+        )
+        if value
+    ]
+    out = ["rules: " + ", ".join(parts)] if parts else []
+    return out + (["warn: " + ", ".join(warns)] if warns else [])
 
 
 def render_table(result: Replay, origin: str = "built-in defaults") -> str:
@@ -372,6 +467,13 @@ def render_table(result: Replay, origin: str = "built-in defaults") -> str:
             lines.append(pad + printable(preview(d.tool, d.args, WIDTH - len(pad))))
             kinds = f" ({', '.join(f'{k} {_n(v)}' for k, v in sorted(r.denied_by_kind.items()))})"
             lines.append(f"{pad}would have denied {_n(r.denied)} of {_n(r.calls)} calls{kinds}")
+        if r.first_warning is not None:
+            w = r.first_warning
+            rules = ", ".join(f"{k} {_n(v)}" for k, v in sorted(r.warned_by_rule.items()))
+            lines.append(
+                f"{pad}warned on {_n(r.warned)} call{'s' if r.warned != 1 else ''} ({rules}); "
+                f"the first at call {_n(w.index)}: {w.kind} {w.count}/{w.limit}"
+            )
         if r.worst > 1:
             text = f"{pad}worst repetition {_n(r.worst)}x: "
             lines.append(text + printable(preview(r.worst_tool, r.worst_args, WIDTH - len(text))))
@@ -395,6 +497,7 @@ def to_dict(result: Replay, origin: str = "built-in defaults", notes: Sequence[s
     for r in result.rows:
         a = r.agent
         d = r.first_deny
+        w = r.first_warning
         agents.append(
             {
                 "agent": a.id,
@@ -426,6 +529,20 @@ def to_dict(result: Replay, origin: str = "built-in defaults", notes: Sequence[s
                 }
                 if d
                 else None,
+                "results": a.results,
+                "warned": r.warned,
+                "warnedByRule": r.warned_by_rule,
+                "firstWarning": {
+                    "index": w.index,
+                    "after": _ms(w.after),
+                    "rule": w.kind,
+                    "count": w.count,
+                    "limit": w.limit,
+                    "tool": w.tool,
+                    "preview": preview(w.tool, w.args),
+                }
+                if w
+                else None,
             }
         )
     reading = result.reading
@@ -447,11 +564,21 @@ def render_json(result: Replay, origin: str = "built-in defaults", notes: Sequen
 
 
 def render_verdicts(result: Replay) -> Iterable[str]:
-    """One JSON line per call, in input order: {"agent","index","tool","decision","kind"} (index from 1)."""
-    for agent, index, tool, allowed, kind in result.verdicts or ():
-        yield orjson.dumps(
-            {"agent": agent, "index": index, "tool": tool, "decision": "allow" if allowed else "deny", "kind": kind}
-        ).decode()
+    """One JSON line per call, in input order: {"agent","index","tool","decision","kind"} (index from 1),
+    and on an allowed call that carried a warning `"warn": true` and the `"rule"` that warned."""
+    dumps = orjson.dumps
+    for agent, index, tool, allowed, kind, warned in result.verdicts or ():
+        line: dict[str, Any] = {
+            "agent": agent,
+            "index": index,
+            "tool": tool,
+            "decision": "allow" if allowed else "deny",
+            "kind": kind,
+        }
+        if warned is not None:
+            line["warn"] = True
+            line["rule"] = warned
+        yield dumps(line).decode()
 
 
 def render_problems(reading: Reading, notes: Sequence[str] = (), per_file: int = 10) -> str:
@@ -495,6 +622,15 @@ def _parser() -> argparse.ArgumentParser:
         "--set", action="append", default=[], metavar="KEY=VALUE", help="override one setting (duplicateLimit=3)"
     )
     p.add_argument("--search-tool", action="append", default=[], metavar="NAME", help="count NAME as a search tool too")
+    p.add_argument(
+        "--compare",
+        action="append",
+        default=[],
+        metavar="SETTING",
+        help="compare settings over a corpus of traces (repeatable): KEY=VALUE pairs separated by commas, "
+        "e.g. 'preset=recommended,repeatLimit=4', each on top of the --patch/--profile/--set config; "
+        "PATHs are corpus directories (a MANIFEST.json labels each trace loop or healthy) or trace files",
+    )
     out = p.add_mutually_exclusive_group()
     out.add_argument("--json", action="store_true", help="print the result as one JSON document")
     out.add_argument("--verdicts", action="store_true", help="print one JSON line per call, in input order")
@@ -532,7 +668,7 @@ def feed(reading: Reading, socket_path: str | None, speed: float, out: Any = sys
     clock = 0.0  # transcript seconds already played (gaps shortened)
     previous = timed[0][0] if timed else 0.0
     sent = denied = 0
-    for t, _i, call in timed:
+    for t, i, call in timed:
         clock += min(max(0.0, t - previous), MAX_GAP)
         previous = t
         if speed > 0:
@@ -546,9 +682,14 @@ def feed(reading: Reading, socket_path: str | None, speed: float, out: Any = sys
             extra["harness"] = harness
         if agent is not None and agent.parent:
             extra["parent"] = agent.parent
+        digest = reading.results.get(i)
+        if digest is not None:  # a call id, for its result to find it
+            extra["call_id"] = f"replay-{i}"
         decision = client.check(call.agent, call.tool, call.args, **extra)
         sent += 1
         denied += not decision.allowed
+        if digest is not None and decision.allowed and not decision.fallback:
+            client.result(call.agent, digest=digest, call_id=f"replay-{i}")
     client.close()
     print(f"cbreplay: fed {sent} calls to the guard; {denied} denied; {client.misses} not checked", file=out)
     return sent, denied, client.misses
@@ -564,6 +705,25 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _main(argv: Sequence[str] | None) -> int:
     args = _parser().parse_args(argv)
+    if args.compare:
+        if args.verdicts or args.feed:
+            what = "--verdicts" if args.verdicts else "--feed"
+            print(
+                f"cbreplay: error: --compare prints a table (or --json); it cannot be combined with {what}",
+                file=sys.stderr,
+            )
+            return 2
+        from breaker.compare import run  # the compare mode's own module; a replay never loads it
+
+        return run(
+            args.compare,
+            args.paths,
+            fmt=args.format,
+            patches=args.patch,
+            profile=args.profile,
+            sets=args.set,
+            as_json=args.json,
+        )
     try:
         config, origin, notes = load_config(args.patch, args.profile, args.set)
     except ConfigError as exc:

@@ -1,4 +1,5 @@
-"""Transcript readers: dsh sessions, Claude Code, Codex, Gemini CLI and plain calls JSONL, as calls per agent.
+"""Transcript readers: dsh sessions, Claude Code, Codex, Gemini CLI and plain calls JSONL, as calls per
+agent with their results' digests; and corpora of labelled traces (a directory with a MANIFEST.json).
 
 A transcript's format is named after the harness that writes it (`claude-code`, `gemini-cli`, ...), and
 an agent gets the id that harness's adapter gives it live, so an agent has one id live and in replay.
@@ -7,9 +8,10 @@ an agent gets the id that harness's adapter gives it live, so an agent has one i
 from __future__ import annotations
 
 import gc
+import json
 import os
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -18,19 +20,27 @@ from typing import Any, NamedTuple
 import orjson
 import zstandard
 
+from breaker.keys import result_digest
+
 __all__ = [
     "FORMATS",
     "FORMAT_ALIASES",
+    "LABELS",
+    "MANIFEST",
     "Agent",
+    "Corpus",
     "Reading",
     "RecordedCall",
     "Skip",
+    "Trace",
     "TranscriptError",
     "decompress",
     "detect",
     "format_name",
     "harness_of",
     "read",
+    "read_corpus",
+    "result_value",
 ]
 
 # The formats, each named after the harness that writes it; `calls` is ours (one call per line).
@@ -78,6 +88,7 @@ class Agent:
     first: float | None = None
     last: float | None = None
     calls: int = 0
+    results: int = 0  # calls whose result the transcript records (and replay can report)
 
     def seen(self, t: float | None) -> None:
         if t is None:
@@ -103,9 +114,13 @@ class Skip:
 
 @dataclass
 class Reading:
-    """Everything read from the paths: the calls in input order, the agents, and what went wrong on the way."""
+    """Everything read from the paths: the calls in input order, their recorded results, the agents, and
+    what went wrong on the way."""
 
     calls: list[RecordedCall] = field(default_factory=list)
+    # call index (in `calls`) -> its result's digest (breaker.keys.result_digest), for the calls whose
+    # result the transcript records
+    results: dict[int, str] = field(default_factory=dict)
     agents: dict[str, Agent] = field(default_factory=dict)
     skipped: list[Skip] = field(default_factory=list)
     skipped_count: int = 0
@@ -132,10 +147,21 @@ class Reading:
             self.agents[name] = Agent(name, parent, fmt, source, failed)
         return self.agents[name]
 
-    def add(self, agent: Agent, tool: str, args: Any, t: float | None) -> None:
+    def add(self, agent: Agent, tool: str, args: Any, t: float | None) -> int:
+        """Record one call; returns its index in `calls`, for its result to find it."""
         agent.calls += 1
         agent.seen(t)
         self.calls.append(RecordedCall(agent.id, tool, args, t))
+        return len(self.calls) - 1
+
+    def add_result(self, index: int | None, value: Any) -> None:
+        """The recorded result of call `index` (None: a result whose call was not read, ignored); a
+        result written again for the same call replaces the first."""
+        if index is None or index >= len(self.calls):
+            return
+        if index not in self.results:
+            self.agents[self.calls[index].agent].results += 1
+        self.results[index] = result_digest(value)
 
 
 # -- bytes ----------------------------------------------------------------------------------------
@@ -326,6 +352,48 @@ def _json_args(raw: Any) -> Any:
     return raw
 
 
+# Lines a harness adds to a tool's output that differ on every run of the same command (Codex: the
+# output chunk's id and the wall time; Gemini CLI: the shell's process group and background pids, as
+# cbhook leaves them out live). Left in, every result would look new and a polling loop would always
+# seem to make progress.
+_VOLATILE = {
+    "codex": re.compile(r"^(?:Chunk ID|Wall time): [^\n]*\n?", re.M),
+    "gemini-cli": re.compile(r"^(?:Process Group PGID|Background PIDs): [^\n]*\n?", re.M),
+}
+
+
+# The guard's own deny text (its default deny message, or an interrupt) as a harness records it.
+_GUARD_DENY = re.compile(r"Circuit breaker \((?:duplicate|repeat|cycle|cap|interrupted)\)")
+
+
+def _blocked(value: Any, *prefixes: str) -> bool:
+    """A recorded result (its text) that says the call was stopped before its tool ran: by this guard
+    (its deny text, in any harness) or by what `prefixes` name. It is no result: the tool's output is
+    unknown, and replay's own guard decides that call anyway."""
+    if type(value) is not str:
+        return False
+    if prefixes and value.startswith(prefixes):
+        return True
+    return "Circuit breaker (" in value[:300] and _GUARD_DENY.search(value[:300]) is not None
+
+
+def result_value(content: Any, fmt: str = "") -> Any:
+    """What of a recorded result is digested: its text when it is text (a string, or a list of text
+    blocks joined: Claude Code writes one output either way), else the JSON value as it is; with the
+    harness's run-specific lines (`_VOLATILE`) left out."""
+    if type(content) is list and content:
+        if len(content) == 1:  # the usual case: one text block
+            block = content[0]
+            if type(block) is dict and block.get("type") == "text" and type(block.get("text")) is str:
+                content = block["text"]
+        elif all(type(b) is dict and b.get("type") == "text" and type(b.get("text")) is str for b in content):
+            content = "".join(b["text"] for b in content)
+    volatile = _VOLATILE.get(fmt)
+    if volatile is not None and isinstance(content, str):
+        content = volatile.sub("", content)
+    return content
+
+
 def _read_dsh(objs: list[tuple[int, Any]], source: str, path: Path, reading: Reading) -> None:
     header = objs[0][1] if objs and isinstance(objs[0][1], dict) and objs[0][1].get("type") == "session" else None
     if header is None:
@@ -339,6 +407,7 @@ def _read_dsh(objs: list[tuple[int, Any]], source: str, path: Path, reading: Rea
     if header is not None:
         created = _num(header.get("createdAt"))
         agent.seen(created / 1000 if created is not None else None)
+    by_id: dict[str, int] = {}  # callId -> call index, for its tool/result
     for n, obj in objs:
         if not isinstance(obj, dict):
             reading.skip(source, n, "not a JSON object")
@@ -356,11 +425,33 @@ def _read_dsh(objs: list[tuple[int, Any]], source: str, path: Path, reading: Rea
             if not isinstance(name, str) or not name:
                 reading.skip(source, n, "a tool/call record without a tool name")
                 continue
-            reading.add(agent, name, _json_args(data.get("arguments")), t)
+            index = reading.add(agent, name, _json_args(data.get("arguments")), t)
+            call_id = data.get("callId")
+            if isinstance(call_id, str):
+                by_id[call_id] = index
         else:
             agent.seen(t)
-            if typ == "tool/result" and _dsh_failed(obj.get("data")):
-                agent.failed = (agent.failed or 0) + 1
+            if typ == "tool/result":
+                data = obj.get("data")
+                if _dsh_failed(data):
+                    agent.failed = (agent.failed or 0) + 1
+                for call_id, content in _dsh_results(data):
+                    value = result_value(content, "dsh")
+                    if not _blocked(value):
+                        reading.add_result(by_id.get(call_id), value)
+
+
+def _dsh_results(data: Any) -> list[tuple[str, Any]]:
+    """(callId, content) of each tool-result block in a tool/result record's message."""
+    message = data.get("message") if isinstance(data, dict) else None
+    content = message.get("content") if isinstance(message, dict) else None
+    if not isinstance(content, list):
+        return []
+    out = []
+    for block in content:
+        if isinstance(block, dict) and isinstance(block.get("toolCallId"), str) and "content" in block:
+            out.append((block["toolCallId"], block["content"]))
+    return out
 
 
 def _dsh_failed(data: Any) -> bool:
@@ -400,7 +491,7 @@ def _read_claude(objs: list[tuple[int, Any]], source: str, path: Path, reading: 
     if file_agent and not session and path.parent.name == "subagents":
         session = path.parent.parent.name
     main_id = session or path.stem
-    seen_ids: set[str] = set()
+    by_id: dict[str, int] = {}  # tool_use id -> call index, for its tool_result
     agents: dict[str, Agent] = {}
     fallback: tuple[str, str | None] = (main_id, None)
     if file_agent:  # with no session to be found, only the file's own name is left (no hook sent such an id)
@@ -442,12 +533,20 @@ def _read_claude(objs: list[tuple[int, Any]], source: str, path: Path, reading: 
                     continue
                 call_id = block.get("id")
                 if isinstance(call_id, str):
-                    if call_id in seen_ids:  # the same block written again (streamed message rewritten)
+                    if call_id in by_id:  # the same block written again (streamed message rewritten)
                         continue
-                    seen_ids.add(call_id)
-                reading.add(agent, name, block.get("input"), t)
-            elif kind == "tool_result" and block.get("is_error") is True:
-                agent.failed = (agent.failed or 0) + 1
+                    by_id[call_id] = reading.add(agent, name, block.get("input"), t)
+                else:
+                    reading.add(agent, name, block.get("input"), t)
+            elif kind == "tool_result":
+                if block.get("is_error") is True:
+                    agent.failed = (agent.failed or 0) + 1
+                use_id = block.get("tool_use_id")
+                # `toolDenialKind`: a permission rule, a hook or the user stopped the call; no tool ran
+                if isinstance(use_id, str) and "content" in block and "toolDenialKind" not in obj:
+                    value = result_value(block["content"], "claude-code")
+                    if not _blocked(value, "PreToolUse:"):
+                        reading.add_result(by_id.get(use_id), value)
 
 
 _CODEX_BLOCKED = ("Command blocked by ", "Tool call blocked by ")
@@ -481,6 +580,22 @@ def _codex_failed(output: Any) -> bool:
     return m is not None and m.group(1) != "0"
 
 
+def _codex_output(output: Any) -> Any:
+    """A Codex call output as digested: its text without the lines that change on every run (the
+    chunk id, the wall time; in the older JSON shape, `metadata.duration_seconds`)."""
+    if isinstance(output, dict):
+        output = output.get("content", output.get("output", output))
+    if isinstance(output, str) and output.startswith("{"):
+        try:
+            parsed = orjson.loads(output)
+        except orjson.JSONDecodeError:
+            parsed = None
+        if isinstance(parsed, dict) and isinstance(parsed.get("metadata"), dict):
+            parsed["metadata"] = {k: v for k, v in parsed["metadata"].items() if k != "duration_seconds"}
+            return parsed
+    return result_value(output, "codex")
+
+
 def _read_codex(objs: list[tuple[int, Any]], source: str, path: Path, reading: Reading) -> None:
     meta: dict[str, Any] = {}
     for _, o in objs:
@@ -490,6 +605,7 @@ def _read_codex(objs: list[tuple[int, Any]], source: str, path: Path, reading: R
     agent_id = str(meta.get("id") or path.stem)
     agent = reading.agent(agent_id, None, "codex", source)
     agent.seen(_iso(meta.get("timestamp")))
+    by_id: dict[str, int] = {}  # call_id -> call index, for its output
     for n, obj in objs:
         if not isinstance(obj, dict):
             reading.skip(source, n, "not a JSON object")
@@ -500,20 +616,45 @@ def _read_codex(objs: list[tuple[int, Any]], source: str, path: Path, reading: R
         if obj.get("type") != "response_item" or not isinstance(payload, dict):
             continue
         kind = payload.get("type")
+        index: int | None = None
         if kind in ("function_call", "custom_tool_call"):
             name = payload.get("name")
             if not isinstance(name, str) or not name:
                 reading.skip(source, n, f"a {kind} without a tool name")
                 continue
             raw = payload.get("arguments") if kind == "function_call" else payload.get("input")
-            reading.add(agent, name, _json_args(raw) if kind == "function_call" else raw, t)
+            index = reading.add(agent, name, _json_args(raw) if kind == "function_call" else raw, t)
         elif kind == "local_shell_call":
-            reading.add(agent, "local_shell", payload.get("action"), t)
+            index = reading.add(agent, "local_shell", payload.get("action"), t)
         elif kind == "web_search_call":
             action = payload.get("action")
-            reading.add(agent, "web_search", action if action is not None else {}, t)
-        elif kind in ("function_call_output", "custom_tool_call_output") and _codex_failed(payload.get("output")):
-            agent.failed = (agent.failed or 0) + 1
+            reading.add(agent, "web_search", action if action is not None else {}, t)  # Codex records no output
+        elif kind in ("function_call_output", "custom_tool_call_output"):
+            output = payload.get("output")
+            if _codex_failed(output):
+                agent.failed = (agent.failed or 0) + 1
+            call_id = payload.get("call_id")
+            if isinstance(call_id, str) and output is not None and not _blocked(output, *_CODEX_BLOCKED):
+                reading.add_result(by_id.get(call_id), _codex_output(output))
+        call_id = payload.get("call_id")
+        if index is not None and isinstance(call_id, str):
+            by_id[call_id] = index
+
+
+_GEMINI_BLOCKED = "Tool execution blocked"  # a BeforeTool hook denied the call
+
+
+def _gemini_result(parts: list[Any]) -> Any:
+    """A Gemini CLI call's result as digested: the `response` of each functionResponse part (not its
+    id, which names the call), string values without the shell's process group line."""
+    out: list[Any] = []
+    for part in parts:
+        fr = part.get("functionResponse") if isinstance(part, dict) else None
+        response = fr.get("response") if isinstance(fr, dict) else part
+        if isinstance(response, dict):
+            response = {k: result_value(v, "gemini-cli") for k, v in response.items()}
+        out.append(result_value(response, "gemini-cli"))
+    return out[0] if len(out) == 1 else out
 
 
 def _read_gemini(objs: list[tuple[int, Any]], source: str, path: Path, reading: Reading) -> None:
@@ -559,9 +700,11 @@ def _read_gemini(objs: list[tuple[int, Any]], source: str, path: Path, reading: 
                 reading.skip(source, n, "a tool call without a tool name")
                 continue
             # The message's time is when the model asked; the call's own `timestamp` is when it finished.
-            reading.add(agent, name, call.get("args"), t if t is not None else _iso(call.get("timestamp")))
+            index = reading.add(agent, name, call.get("args"), t if t is not None else _iso(call.get("timestamp")))
             if call.get("status") == "error":
                 agent.failed = (agent.failed or 0) + 1
+            if isinstance(call.get("result"), list) and not _blocked(call.get("resultDisplay"), _GEMINI_BLOCKED):
+                reading.add_result(index, _gemini_result(call["result"]))
     agent.seen(_iso(header.get("lastUpdated")))
 
 
@@ -584,7 +727,10 @@ def _read_calls(objs: list[tuple[int, Any]], source: str, path: Path, reading: R
         agent = agents.get(name)
         if agent is None:
             agent = agents[name] = reading.agent(name, None, "calls", source, failed=None)
-        reading.add(agent, tool, obj.get("args", {}), t)
+        index = reading.add(agent, tool, obj.get("args", {}), t)
+        result = obj.get("result")
+        if result is not None:  # absent or null: no result recorded
+            reading.add_result(index, result)
 
 
 # -- paths ----------------------------------------------------------------------------------------
@@ -755,3 +901,266 @@ def _read(paths: Iterable[str | os.PathLike[str]], fmt: str | None) -> Reading:
     if not reading.files:
         raise TranscriptError("no transcript found in the paths given")
     return reading
+
+
+# -- corpora --------------------------------------------------------------------------------------
+
+MANIFEST = "MANIFEST.json"
+LABELS = ("loop", "healthy")  # what a corpus trace is: an agent stuck in a loop, or a run that was fine
+_FILE_FIELDS = ("file", "path", "name", "trace")  # where a manifest entry may name its file (first found)
+_LIST_FIELDS = ("traces", "entries", "files", "corpus")  # where a manifest object may hold its entries
+
+
+@dataclass(frozen=True)
+class Trace:
+    """One trace of a corpus: one transcript file (a Claude Code session with its subagents), its label
+    from the manifest (None: unlabelled), and what went wrong reading it ("" if nothing)."""
+
+    name: str  # as the manifest names it, else the path given or found
+    path: str
+    label: str | None = None
+    reason: str = ""  # the manifest's words on why it has this label
+    source: str = ""  # where it came from: the manifest's `source` (its `url` when it is an object)
+    expected_stop: int | None = None  # a loop: the call by which a good detector should have acted
+    loop_start: int | None = None  # a loop: the call its repeating pattern starts at
+    reading: Reading | None = None  # None when it could not be read (see `error`)
+    error: str = ""
+
+
+@dataclass
+class Corpus:
+    """Traces to compare settings over, in the order given (a manifest's in its order, then the
+    files it does not name), and problems that left a trace or a manifest entry out."""
+
+    traces: list[Trace] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)  # "file:line: what" — something was left out
+    warnings: list[str] = field(default_factory=list)  # read anyway
+
+
+@dataclass(frozen=True)
+class _Entry:
+    """One manifest entry: its file (relative to the manifest's directory), label, and notes."""
+
+    file: str
+    label: str | None
+    reason: str
+    source: str
+    expected_stop: int | None
+    loop_start: int | None
+    line: int
+
+    def trace(self, path: Path, reading: Reading | None, error: str = "") -> Trace:
+        return Trace(
+            self.file,
+            str(path),
+            self.label,
+            self.reason,
+            self.source,
+            self.expected_stop,
+            self.loop_start,
+            reading,
+            error,
+        )
+
+
+def _item_lines(text: str, holder: str | None) -> list[int]:
+    """The line (from 1) each item of a manifest's entry list starts on: the top-level list, or the
+    list under the key `holder`. [] if the text cannot be walked (the lines then default to 1)."""
+    decoder = json.JSONDecoder()
+    try:
+        if holder is None:
+            pos = text.index("[")
+        else:
+            m = re.search(r'"' + re.escape(holder) + r'"\s*:\s*\[', text)
+            if m is None:
+                return []
+            pos = m.end() - 1
+        pos += 1
+        lines: list[int] = []
+        while True:
+            pos = _WS.match(text, pos).end()  # type: ignore[union-attr]  # \s* always matches
+            if text[pos] == "]":
+                return lines
+            lines.append(text.count("\n", 0, pos) + 1)
+            _, pos = decoder.raw_decode(text, pos)
+            pos = _WS.match(text, pos).end()  # type: ignore[union-attr]
+            if text[pos] == ",":
+                pos += 1
+    except (ValueError, IndexError):
+        return []
+
+
+def _key_lines(text: str, keys: Iterable[str]) -> list[int]:
+    """The line (from 1) of each key of a manifest that maps file names to entries."""
+    out = []
+    for key in keys:
+        m = re.search(re.escape(orjson.dumps(key).decode()) + r"\s*:", text)
+        out.append(text.count("\n", 0, m.start()) + 1 if m else 1)
+    return out
+
+
+_WS = re.compile(r"\s*")
+
+
+def _manifest(path: Path, corpus: Corpus) -> list[_Entry]:
+    """A corpus manifest's entries; each problem goes to `corpus.errors` as `file:line: what`.
+
+    Accepted shapes: a list of entries; an object holding that list under `traces` (or `entries`,
+    `files`, `corpus`); or an object mapping each file name to its entry. An entry is an object with
+    the file under `file` (or `path`, `name`, `trace`) and its `label` (`loop` or `healthy`; absent
+    or null: unlabelled), optional `reason` and `source`; other fields are passed over.
+    """
+    try:
+        text = path.read_bytes().decode("utf-8", "replace")
+    except OSError as exc:
+        corpus.errors.append(f"{path}: cannot be read: {exc.strerror or exc}")
+        return []
+    try:
+        doc = orjson.loads(text)
+    except orjson.JSONDecodeError as exc:
+        corpus.errors.append(f"{path}:{getattr(exc, 'lineno', 1)}: not JSON ({str(exc).split(':')[0]})")
+        return []
+    items: list[tuple[Any, Any]] = []  # (file name given by a mapping's key or None, entry)
+    lines: list[int] = []  # the line each entry starts on
+    if isinstance(doc, list):
+        items = [(None, e) for e in doc]
+        lines = _item_lines(text, None)
+    elif isinstance(doc, dict):
+        holder = next((k for k in _LIST_FIELDS if isinstance(doc.get(k), list)), None)
+        if holder is not None:
+            items = [(None, e) for e in doc[holder]]
+            lines = _item_lines(text, holder)
+        else:
+            items = [(k, v) for k, v in doc.items() if isinstance(v, dict)]
+            lines = _key_lines(text, (k for k, _ in items))
+    if len(lines) != len(items):
+        lines = [1] * len(items)
+    if not items:
+        corpus.errors.append(
+            f"{path}:1: no entries (expected a list of {{file, label}} objects, or one under "
+            f"{', '.join(_LIST_FIELDS)}, or an object mapping each file to its entry)"
+        )
+        return []
+    out: list[_Entry] = []
+    for n, ((key, entry), line) in enumerate(zip(items, lines, strict=True), 1):
+        if not isinstance(entry, dict):
+            corpus.errors.append(f"{path}:{line}: entry {n} is not an object (found {type(entry).__name__})")
+            continue
+        name = key if key is not None else next((entry[k] for k in _FILE_FIELDS if k in entry), None)
+        if not isinstance(name, str) or not name:
+            corpus.errors.append(f"{path}:{line}: entry {n} names no file (expected {' or '.join(_FILE_FIELDS)})")
+            continue
+        label = entry.get("label")
+        if label is not None and not isinstance(label, str):
+            corpus.errors.append(f"{path}:{line}: {name}: label must be a string (loop or healthy), not {label!r}")
+            continue
+        if label is not None and label not in LABELS:
+            corpus.warnings.append(f"{path}:{line}: {name}: label {label!r} is neither loop nor healthy; unlabelled")
+            label = None
+        reason, source = entry.get("reason"), entry.get("source")
+        if isinstance(source, dict):
+            source = source.get("url") or orjson.dumps(source).decode()
+        expected = entry.get("expected_stop_by")
+        if isinstance(expected, dict):
+            expected = expected.get("call")
+        out.append(
+            _Entry(
+                name,
+                label,
+                reason if isinstance(reason, str) else "",
+                source if isinstance(source, str) else "",
+                _count(expected),
+                _count(entry.get("loop_starts_at")),
+                line,
+            )
+        )
+    return out
+
+
+def _count(value: Any) -> int | None:
+    """A call number from a manifest (a positive integer), else None."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
+def _read_trace(path: Path, fmt: str | None, strict: bool) -> Reading | None:
+    """One trace's file (with a Claude Code session's subagents) into a Reading of its own; None when
+    it is not a transcript and not `strict`. Raises TranscriptError."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        reading = Reading()
+        kind = read_file(path, reading, fmt, strict=strict)
+        if kind is None:
+            return None
+        if kind == "claude-code":
+            for sub in _claude_subagents(path):
+                read_file(sub, reading, "claude-code")
+        return reading
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+def read_corpus(paths: Sequence[str | os.PathLike[str]], fmt: str | None = None) -> Corpus:
+    """Traces from `paths`: directories (with a MANIFEST.json labelling their files, or without: every
+    transcript file in them, unlabelled), a MANIFEST.json itself, or transcript files (labelled by the
+    MANIFEST.json beside them, if it names them). Raises TranscriptError only for an unknown `fmt`;
+    a path or entry that cannot be read is an error in `Corpus.errors` and the rest is still read."""
+    if fmt is not None:
+        name = format_name(fmt)
+        if name is None:
+            raise TranscriptError(f"unknown format {fmt!r}; expected one of {', '.join(FORMATS)}")
+        fmt = name
+    corpus = Corpus()
+    done: set[Path] = set()
+    manifests: dict[Path, dict[str, _Entry]] = {}
+
+    def labels_of(directory: Path) -> dict[str, _Entry]:
+        found = manifests.get(directory)
+        if found is None:
+            m = directory / MANIFEST
+            entries = _manifest(m, corpus) if m.is_file() else []
+            found = manifests[directory] = {str((directory / e.file).resolve()): e for e in entries}
+        return found
+
+    def add(path: Path, name: str, entry: _Entry | None, strict: bool = True) -> None:
+        real = path.resolve()
+        if real in done:
+            return
+        done.add(real)
+        try:
+            reading = _read_trace(path, fmt, strict)
+        except TranscriptError as exc:
+            where = f"{path.parent / MANIFEST}:{entry.line}: " if entry else ""
+            corpus.errors.append(f"{where}{exc}")
+            corpus.traces.append(entry.trace(path, None, str(exc)) if entry else Trace(name, str(path), error=str(exc)))
+            return
+        if reading is None:
+            return  # a file in a directory that is not a transcript
+        done.update(Path(p).resolve() for p, _ in reading.files)  # a Claude Code session's subagents
+        corpus.traces.append(entry.trace(path, reading) if entry else Trace(name, str(path), reading=reading))
+
+    for raw in paths:
+        path = Path(raw).expanduser()
+        if path.name == MANIFEST and path.is_file():
+            path = path.parent
+        if not path.exists():
+            corpus.errors.append(f"{path}: no such file or directory")
+            continue
+        if path.is_dir():
+            entries = labels_of(path)
+            for real, entry in entries.items():
+                target = path / entry.file
+                if not target.exists():
+                    corpus.errors.append(f"{path / MANIFEST}:{entry.line}: {entry.file}: no such file")
+                    corpus.traces.append(entry.trace(target, None, "no such file"))
+                    done.add(Path(real))
+                    continue
+                add(target, entry.file, entry)
+            for f in _walk(path):
+                if f.name != MANIFEST and f.resolve() not in done:
+                    add(f, str(f.relative_to(path)), None, strict=False)
+            continue
+        named = labels_of(path.parent).get(str(path.resolve()))
+        add(path, named.file if named else str(raw), named)
+    return corpus

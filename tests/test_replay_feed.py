@@ -81,3 +81,14 @@ def test_feed_names_each_harness_as_cbhook_does_and_its_subagents_by_their_live_
         sub_id: ("claude-code", main_file.stem),
         "by-hand": ("cbreplay", None),  # calls JSONL names no harness: the feeding connection's own
     }
+
+
+def test_feed_reports_each_allowed_calls_recorded_result_so_progress_counts(guard_factory):
+    corpus = Path(__file__).parent / "fixtures" / "replay_compare"
+    rules = "- id: circuit-breaker\n  config: {repeatLimit: 3, progress: true}\n"  # 3 in a row allowed
+    # The same poll ten times; its result changes each time: progress, never a repeat deny.
+    progressing = feed(guard_factory(patch_text=rules).socket, path=corpus / "healthy-poll.jsonl")
+    assert "fed 10 calls to the guard; 0 denied; 0 not checked" in progressing.stderr, progressing.stderr
+    # The same poll whose result never changes: denied from its fourth call.
+    constant = feed(guard_factory(patch_text=rules).socket, path=corpus / "loop-poll.jsonl")
+    assert "fed 8 calls to the guard; 5 denied; 0 not checked" in constant.stderr, constant.stderr
