@@ -1,9 +1,14 @@
 """`cbhook`: the guard for command-hook harnesses — Claude Code, Codex, Gemini CLI, Cursor, dsh's Claude-Code bridge.
 
 One process per tool call: read the hook's JSON on stdin, tell which harness sent it, ask the guard,
-and answer in that harness's own words. Allow = print nothing and exit 0. Nothing here may crash a
+and answer in that harness's own words. Allow = print nothing and exit 0; an allow with a warning
+prints the warning where the harness shows hook text to the model. Nothing here may crash a
 harness: garbage in, a guard that cannot be asked ("guard unavailable") or a bug all end in exit 0
 (the harness runs the tool), except with `--fail-closed`, which prints an explicit deny instead.
+
+After the call ran (PostToolUse, PostToolUseFailure, AfterTool) it reports a digest of the call's
+result to the guard (the `result` op), so a repeat whose output changed counts as progress. That
+never blocks anything, `--fail-closed` or not: the call already ran.
 
 It starts once per tool call, so it imports only what is cheap (`python -X importtime`; figures in
 tests/bench/bench_hook.py): no engine, no orjson, no argparse, no dataclasses, no `socket` module,
@@ -36,9 +41,11 @@ __all__ = [
     "Hook",
     "HookRequest",
     "answer",
+    "context",
     "detect",
     "main",
     "parse_event",
+    "result_digest",
     "socket_path",
     "subagent_id",
 ]
@@ -48,9 +55,11 @@ usage: cbhook [--socket PATH] [--timeout SECONDS] [--fail-closed] [--harness NAM
        cbhook --dsh-plugin-path
 
 The circuit breaker for command-hook harnesses: give it a hook's JSON on stdin (Claude Code
-PreToolUse/SubagentStop/SessionEnd, Codex PreToolUse, Gemini CLI BeforeTool/SessionEnd, Cursor
-beforeShellExecution/beforeMCPExecution/sessionEnd, dsh's Claude-Code bridge). It asks the guard
-(`cbconsole --headless` or the console) and prints the harness's own deny, or nothing to allow.
+PreToolUse/PostToolUse/PostToolUseFailure/SubagentStop/SessionEnd, Codex PreToolUse/PostToolUse,
+Gemini CLI BeforeTool/AfterTool/SessionEnd, Cursor beforeShellExecution/beforeMCPExecution/
+sessionEnd, dsh's Claude-Code bridge). It asks the guard (`cbconsole --headless` or the console)
+and prints the harness's own deny, or nothing to allow (or the guard's warning for the model).
+After a call it reports a digest of the call's result, and never blocks.
 
   --socket PATH      the guard's socket (default: $CBCONSOLE_SOCKET, else
                      $XDG_RUNTIME_DIR/cbconsole/guard.sock, else <tmp>/cbconsole-<uid>/guard.sock)
@@ -77,8 +86,9 @@ HARNESSES = {
     "dsh": "dsh",
 }
 
-# The events each harness gets a decision for, and those that end an agent. Every other event
-# (PostToolUse, Stop, SessionStart, AfterAgent...) is answered with nothing and never reaches the guard.
+# The events each harness gets a decision for, those that report a call's result, and those that end
+# an agent. Every other event (Stop, SessionStart, AfterAgent...) is answered with nothing and never
+# reaches the guard.
 TOOL_EVENTS = {
     "claude-code": {"PreToolUse"},
     "codex": {"PreToolUse"},
@@ -86,6 +96,21 @@ TOOL_EVENTS = {
     "gemini-cli": {"BeforeTool"},
     "cursor": {"beforeShellExecution", "beforeMCPExecution", "preToolUse"},
 }
+RESULT_EVENTS = {
+    "claude-code": {"PostToolUse", "PostToolUseFailure"},  # a failed call's result is its `error` text
+    "codex": {"PostToolUse"},  # it fires for failed commands too
+    "dsh": {"PostToolUse", "PostToolUseFailure"},
+    "gemini-cli": {"AfterTool"},  # no call id: the guard finds the call by its tool and args
+    "cursor": set(),  # not reported: Cursor is not on npm, so its after-events were never seen for real
+}
+# Where an allow's warning reaches the model (each seen in a real run, tests/e2e/test_warnings_e2e.py):
+# Claude Code and Codex take `additionalContext` from PreToolUse on an allow (Claude shows the model
+# "PreToolUse:Bash hook additional context: <text>", Codex a developer message), so the warning goes
+# with the check. Gemini CLI ignores it from BeforeTool but appends AfterTool's to the tool's result
+# (`<hook_context>…</hook_context>`), so its warning goes with the result, as the `result` reply gives it.
+# dsh's bridge and Cursor: none known (the dsh plugin shows warnings; see breaker/dsh_plugin).
+WARN_BEFORE = {"claude-code", "codex"}
+WARN_AFTER = {"gemini-cli"}
 END_EVENTS = {
     "claude-code": {"SubagentStop", "SessionEnd"},
     "codex": set(),  # Codex has no session-end hook: its agents leave the guard by LRU (maxAgents)
@@ -183,18 +208,26 @@ def detect(event: dict[str, Any]) -> str | None:
 
 class HookRequest:
     """What one hook event asks of the guard: to check one call (agent, tool, args, parent, call id),
-    or to forget an agent (the agent alone)."""
+    to take a call's result (the call, and its result's `digest`), or to forget an agent (the agent
+    alone)."""
 
-    __slots__ = ("agent", "args", "call_id", "parent", "tool")
+    __slots__ = ("agent", "args", "call_id", "digest", "parent", "tool")
 
     def __init__(
-        self, agent: str, tool: str = "", args: Any = None, parent: str | None = None, call_id: Any = None
+        self,
+        agent: str,
+        tool: str = "",
+        args: Any = None,
+        parent: str | None = None,
+        call_id: Any = None,
+        digest: str = "",
     ) -> None:
         self.agent = agent
         self.tool = tool
         self.args = args
         self.parent = parent
         self.call_id = call_id
+        self.digest = digest
 
 
 def _text(value: Any) -> str | None:
@@ -202,12 +235,17 @@ def _text(value: Any) -> str | None:
 
 
 def parse_event(harness: str, event: dict[str, Any]) -> tuple[str, HookRequest | None]:
-    """("check" | "end" | "ignore", the request) for a payload of `harness` (a key of TOOL_EVENTS).
-    A tool event without a usable agent or tool gives ("check", None): the guard cannot judge it,
-    and the failure mode decides."""
+    """("check" | "result" | "end" | "ignore", the request) for a payload of `harness` (a key of
+    TOOL_EVENTS). A tool event without a usable agent or tool gives ("check", None): the guard
+    cannot judge it, and the failure mode decides; a result event without them gives ("result", None)."""
     name = event.get("hook_event_name")
     if name in TOOL_EVENTS[harness]:
         return "check", _tool_call(harness, name, event)
+    if name in RESULT_EVENTS[harness]:
+        call = _tool_call(harness, name, event)
+        if call is not None:
+            call.digest = result_digest(_result_of(harness, name, event))
+        return "result", call
     if name in END_EVENTS[harness]:
         agent = _end_agent(harness, name, event)
         return ("end", HookRequest(agent)) if agent else ("ignore", None)
@@ -253,6 +291,55 @@ def _tool_call(harness: str, name: Any, event: dict[str, Any]) -> HookRequest | 
     return HookRequest(session, tool, event.get("tool_input"), call_id=call_id)
 
 
+# -- a call's result ------------------------------------------------------------------------------
+
+# Lines of Gemini CLI's shell output that differ at every run of the same command: they would make
+# every repeat look like progress.
+_GEMINI_VOLATILE = ("Process Group PGID: ", "Background PIDs: ")
+
+
+def _result_of(harness: str, name: Any, event: dict[str, Any]) -> Any:
+    """What of a result event tells one result from another: the text the model reads where the
+    payload has it, without what changes at every run (timings, process ids)."""
+    if name == "PostToolUseFailure":
+        return event.get("error")  # Claude Code: "Exit code 3\n<output>", as the model reads it
+    response = event.get("tool_response")
+    if harness == "gemini-cli" and isinstance(response, dict) and "llmContent" in response:
+        response = response["llmContent"]  # what the model reads; `returnDisplay` is the user's
+        if isinstance(response, str):
+            lines = response.split("\n")
+            return "\n".join(line for line in lines if not line.startswith(_GEMINI_VOLATILE))
+    if isinstance(response, dict):
+        # Claude Code's WebSearch and WebFetch results carry `durationSeconds` / `durationMs`: a
+        # search repeated 555 times must not pass for progress because its timing changed.
+        return {k: v for k, v in response.items() if not _is_timing(k)}
+    return response
+
+
+def _is_timing(key: Any) -> bool:
+    low = key.lower() if isinstance(key, str) else ""
+    return "duration" in low or "elapsed" in low
+
+
+def result_digest(result: Any) -> str:
+    """16 hex digits of BLAKE2b over a result's text: a string as is, anything else as compact JSON
+    with sorted keys. Equal to breaker.keys.result_digest for a string; for other values it may
+    differ from orjson's bytes in rare floats, which does not matter: one harness's results are
+    only ever compared with each other. `_blake2` alone: `hashlib` costs ~5 ms per call to import."""
+    try:
+        from _blake2 import blake2b
+    except ImportError:  # a Python built without it
+        from hashlib import blake2b
+    if isinstance(result, str):
+        text = result
+    else:
+        try:
+            text = json.dumps(result, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+        except (ValueError, TypeError, RecursionError):
+            text = repr(result)
+    return blake2b(text.encode("utf-8", "surrogatepass"), digest_size=8).hexdigest()
+
+
 def _end_agent(harness: str, name: Any, event: dict[str, Any]) -> str | None:
     if harness == "cursor":
         return _text(event.get("conversation_id"))
@@ -290,6 +377,13 @@ def answer(harness: str, event_name: Any, reason: str, *, stop: bool = False) ->
     return out
 
 
+def context(event_name: str, text: str) -> dict[str, Any]:
+    """The JSON that shows the model `text` with an allowed call (Claude Code and Codex from
+    PreToolUse, Gemini CLI from AfterTool; see WARN_BEFORE and WARN_AFTER). No `permissionDecision`:
+    "allow" there would skip the harness's own permission prompt."""
+    return {"hookSpecificOutput": {"hookEventName": event_name, "additionalContext": text}}
+
+
 # -- the socket ----------------------------------------------------------------------------------
 
 
@@ -317,15 +411,24 @@ def _encode(fields: dict[str, Any]) -> bytes:
 
 
 def _frame(op: str, request: HookRequest, harness: str) -> bytes:
+    """The request's frame; b"" for a result the guard could not be sent (it is then not reported)."""
     fields: dict[str, Any] = {"op": op, "id": 1, "agent": request.agent}
     if op == "check":
         fields.update(
             tool=request.tool, harness=harness, parent=request.parent, call_id=request.call_id, args=request.args
         )
+    elif op == "result":
+        fields["digest"] = request.digest
+        if request.call_id is not None:
+            fields["call_id"] = request.call_id  # the call's id, as its check sent it: no need for the args
+        else:
+            fields.update(tool=request.tool, args=request.args)
     try:
         frame = _encode(fields)
     except (ValueError, TypeError, UnicodeEncodeError, RecursionError):
         frame = b""  # NaN, a lone surrogate, absurd nesting: JSON the guard cannot read
+    if op == "result" and len(frame) > MAX_FRAME:
+        frame = b""  # args too big to send: its check was sent as unjudgeable, so nothing would match
     if op == "check" and (not frame or len(frame) > MAX_FRAME):
         # Args the guard cannot be sent are "unjudgeable": allowed and counted, as the engine does.
         fields.update(args=None, args_unserializable=True)
@@ -432,10 +535,14 @@ class Hook:
         if action == "ignore":
             return "", 0
         if request is None:
-            return self._cannot_judge(
-                harness, name, f"the {harness} {name} payload has no usable agent id or tool name"
-            )
+            what = f"the {harness} {name} payload has no usable agent id or tool name"
+            if action == "result":  # the call already ran: nothing to allow or deny
+                _log(f"{what}; its result is not reported")
+                return "", 0
+            return self._cannot_judge(harness, name, what)
         path = self.socket or socket_path()
+        if action == "result":
+            return self._result(harness, str(name), request, path)
         if action == "end":
             try:
                 ask(path, _frame("agent_end", request, harness), self.timeout)
@@ -448,18 +555,35 @@ class Hook:
             return self._unavailable(harness, name, str(exc))
         decision = reply.get("decision")
         if decision == "allow":
+            warning = reply.get("warning")
+            if isinstance(warning, str) and warning and harness in WARN_BEFORE and isinstance(name, str):
+                return _dump(context(name, warning)), 0
             return "", 0
         if decision == "deny":
             reason = reply.get("reason")
             reason = reason if isinstance(reason, str) and reason else "Circuit breaker: this call was denied."
             return _dump(answer(harness, name, reason, stop=reply.get("kind") == "interrupted")), 0
-        error = reply.get("error")
-        why = (
-            f"{error.get('code')}: {error.get('message')}"
-            if isinstance(error, dict)
-            else f"an unexpected reply {reply!r:.200}"
-        )
-        return self._unavailable(harness, name, f"the guard answered {why}")
+        return self._unavailable(harness, name, f"the guard answered {_wrong(reply)}")
+
+    def _result(self, harness: str, name: str, request: HookRequest, path: str) -> tuple[str, int]:
+        """Report a call's result; print the warning its check gave where the harness shows it only
+        with the result. Never a deny: the call already ran."""
+        frame = _frame("result", request, harness)
+        if not frame:
+            _log(f"the result of a {request.tool} call of agent {request.agent!r} cannot be sent; not reported")
+            return "", 0
+        try:
+            reply = ask(path, frame, self.timeout)
+        except GuardUnavailable as exc:
+            _log(f"{exc}; the result of a {request.tool} call of agent {request.agent!r} is not reported")
+            return "", 0
+        if reply.get("ok") is not True:
+            _log(f"the guard answered {_wrong(reply)}; the result is not reported")
+            return "", 0
+        warning = reply.get("warning")
+        if isinstance(warning, str) and warning and harness in WARN_AFTER:
+            return _dump(context(name, warning)), 0
+        return "", 0
 
     def _unavailable(self, harness: str, name: Any, why: str) -> tuple[str, int]:
         """The fallback for a call the guard could not be asked about (or answered with an error)."""
@@ -480,6 +604,14 @@ class Hook:
             return "", 2  # every harness here treats exit 2 as "block", with stderr as the reason
         event = name if isinstance(name, str) else next(iter(TOOL_EVENTS[harness]))
         return _dump(answer(harness, event, reason)), 0
+
+
+def _wrong(reply: dict[str, Any]) -> str:
+    """What is wrong with a reply that is not the one asked for: its error, or the reply itself."""
+    error = reply.get("error")
+    if isinstance(error, dict):
+        return f"{error.get('code')}: {error.get('message')}"
+    return f"an unexpected reply {reply!r:.200}"
 
 
 def _dump(value: dict[str, Any]) -> str:

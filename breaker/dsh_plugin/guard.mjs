@@ -10,6 +10,7 @@
 // with one log line when the guard goes away and one when it is back. `failClosed` denies instead.
 // Nothing here throws at its caller, and nothing keeps Node alive when no request is waiting.
 
+import { createHash } from 'node:crypto'
 import { accessSync, constants, lstatSync, readFileSync, statSync } from 'node:fs'
 import { createConnection } from 'node:net'
 import { homedir } from 'node:os'
@@ -155,7 +156,26 @@ function show(value) {
   }
 }
 
-const ALLOW = Object.freeze({ allowed: true, kind: null, reason: '', fallback: false })
+const ALLOW = Object.freeze({ allowed: true, kind: null, reason: '', fallback: false, warning: '' })
+const NOT_REPORTED = Object.freeze({ matched: false, warning: '' })
+
+/** 16 hex digits of a digest of a result's text, as the `result` op takes it (a string as is,
+ * anything else as JSON). Node has no 8-byte BLAKE2b (OpenSSL's blake2b512 takes no length), and
+ * BLAKE2b's output length is part of its parameters, so this is BLAKE2b-512 cut to 8 bytes: not
+ * breaker.keys.result_digest's value for the same text. That does not matter: the guard compares a
+ * call's digest only with the digests of the same agent's identical calls, all sent by this plugin. */
+export function resultDigest(result) {
+  let text
+  if (typeof result === 'string') text = result
+  else {
+    try {
+      text = JSON.stringify(result) ?? String(result)
+    } catch {
+      text = String(result)
+    }
+  }
+  return createHash('blake2b512').update(text, 'utf8').digest('hex').slice(0, 16)
+}
 
 /** One connection to the guard, shared by every agent of this dsh process. */
 export class GuardConnection {
@@ -196,13 +216,40 @@ export class GuardConnection {
         reply = await this.request('check', { ...fields, args: null, args_unserializable: true })
       }
       if (reply.decision === 'allow' || reply.decision === 'deny') this.healthy()
-      if (reply.decision === 'allow') return ALLOW
+      if (reply.decision === 'allow') {
+        if (typeof reply.warning === 'string' && reply.warning !== '') {
+          return { allowed: true, kind: null, reason: '', fallback: false, warning: reply.warning }
+        }
+        return ALLOW
+      }
       if (reply.decision === 'deny') {
-        return { allowed: false, kind: reply.kind ?? null, reason: String(reply.reason || 'Circuit breaker: denied'), fallback: false }
+        return {
+          allowed: false,
+          kind: reply.kind ?? null,
+          reason: String(reply.reason || 'Circuit breaker: denied'),
+          fallback: false,
+          warning: '',
+        }
       }
       throw new Error(reply.error ? `${reply.error.code}: ${reply.error.message}` : `unexpected reply ${show(reply).slice(0, 200)}`)
     } catch (error) {
       return this.miss(String(error?.message ?? error))
+    }
+  }
+
+  /** Report a call's result after it ran: `{matched, warning}` (NOT_REPORTED when the guard
+   * cannot be told). Never rejects, and never counts toward an outage: only checks do. The frame
+   * is written on this connection before any later check's, and the guard answers a connection's
+   * frames in order, so the next check already sees this result without anyone awaiting the reply. */
+  async result({ agent, digest, callId = null, tool = null, args = null }) {
+    // Named by its call id as its check sent it, else (no id) by its tool and args.
+    const fields = callId !== null ? { agent, digest, call_id: callId } : { agent, digest, tool, args }
+    try {
+      const reply = await this.request('result', fields)
+      if (reply.ok !== true) return NOT_REPORTED
+      return { matched: reply.matched === true, warning: typeof reply.warning === 'string' ? reply.warning : '' }
+    } catch {
+      return NOT_REPORTED
     }
   }
 
@@ -349,12 +396,13 @@ export class GuardConnection {
       const mode = this.failClosed ? 'denying tool calls (fail closed)' : 'allowing tool calls (fail open)'
       this.log(`circuit-breaker: guard unavailable at ${this.path} (${why}): ${mode} until it is back`)
     }
-    if (!this.failClosed) return { allowed: true, kind: null, reason: '', fallback: true }
+    if (!this.failClosed) return { allowed: true, kind: null, reason: '', fallback: true, warning: '' }
     return {
       allowed: false,
       kind: 'unavailable',
       reason: `Circuit breaker unavailable (${why}); tool calls are denied until it is back.`,
       fallback: true,
+      warning: '',
     }
   }
 

@@ -5,6 +5,11 @@
 // `ctx.tools.guard` then denies that same call with the guard's reason. A guard's denial is monotonic
 // in dsh: nothing downstream can re-allow the call, and the model reads `Error: <reason>`.
 //
+// After an allowed call ran, a `tools/post-execute` listener reports a digest of its result (the text
+// the model reads) to the guard, so a repeat whose output changed counts as progress; and when the
+// guard allowed the call with a warning, it adds the warning as a user message right after the
+// call's result (`additionalContexts`, the channel dsh's own repeat-tool-reminder uses).
+//
 // The operator's interrupt (pushed by the guard on this connection) cancels the agent:
 // `agent.cancel({kind: 'hook', reason})` ends its turn, and every later call of it is denied
 // (kind "interrupted"). When dsh disposes an agent, the guard is told to forget it.
@@ -14,7 +19,9 @@
 // per outage, never a throw into dsh. Args that cannot be serialized are sent as "unjudgeable"
 // (allowed and counted).
 
-import { GuardConnection, readSettings } from './guard.mjs'
+import { randomUUID } from 'node:crypto'
+
+import { GuardConnection, readSettings, resultDigest } from './guard.mjs'
 
 export const name = 'circuit-breaker'
 export const inject = ['tools', 'agents']
@@ -29,6 +36,28 @@ function agentIdOf(agent) {
 function parentOf(agent) {
   const parent = agent?.session?.header?.parentSession
   return typeof parent === 'string' && parent !== '' ? parent : null
+}
+
+// What the model reads of a result: its text blocks' text (a lone text block: exactly its text), or
+// every block as JSON when some are not text (an image).
+function resultText(result) {
+  const content = result?.content
+  if (!Array.isArray(content)) return content ?? null
+  if (content.every((block) => block?.type === 'text' && typeof block.text === 'string')) {
+    return content.map((block) => block.text).join('\n')
+  }
+  return content
+}
+
+// A user message as dsh's post-execute `additionalContexts` takes it: dsh sends it to the model right
+// after the call's result. Frozen, as dsh's own messages are.
+function warningMessage(text, tool) {
+  return Object.freeze({
+    id: randomUUID(),
+    role: 'user',
+    content: Object.freeze([Object.freeze({ type: 'text', text })]),
+    source: Object.freeze({ kind: 'plugin', plugin: name, form: 'notice', summary: `circuit breaker warning: ${tool}` }),
+  })
 }
 
 function cancelReason(reason) {
@@ -59,6 +88,7 @@ export function apply(ctx, config) {
 
   const agents = new Map() // agent id -> WeakRef(agent): whom to cancel when the operator interrupts
   const verdicts = new WeakMap() // exec -> deny reason, decided in pre-execute, applied by the guard
+  const allowed = new WeakMap() // exec -> {agent, callId, warning} of an allowed call, until its result
 
   function cancel(agent, reason) {
     try {
@@ -110,12 +140,37 @@ export function apply(ctx, config) {
           verdicts.set(exec, decision.reason)
           // The push may have been missed (a reconnect): the verdict itself says to stop.
           if (decision.kind === 'interrupted') cancel(agent, '')
+        } else if (!decision.fallback) {
+          allowed.set(exec, { agent: id, callId: typeof exec.callId === 'string' ? exec.callId : null, warning: decision.warning })
         }
       }
     } catch (error) {
       log(`circuit-breaker: pre-execute failed (${error?.message ?? error}); the call is not checked`)
     }
     return next()
+  })
+
+  ctx.on('tools/post-execute', async (exec, result, next) => {
+    const downstream = await next()
+    try {
+      const call = allowed.get(exec)
+      if (call === undefined) return downstream // denied, unchecked, or asked while the guard was away
+      allowed.delete(exec)
+      // Not awaited: the tool's result need not wait for the guard (see GuardConnection.result).
+      guard.result({
+        agent: call.agent,
+        digest: resultDigest(resultText(result)),
+        callId: call.callId,
+        tool: String(exec.name),
+        args: exec.arguments,
+      })
+      if (!call.warning) return downstream
+      const contexts = [...(downstream?.additionalContexts ?? []), warningMessage(call.warning, String(exec.name))]
+      return { ...downstream, additionalContexts: contexts }
+    } catch (error) {
+      log(`circuit-breaker: post-execute failed (${error?.message ?? error}); the result is not reported`)
+      return downstream
+    }
   })
 
   ctx.tools.guard((exec) => {

@@ -35,14 +35,21 @@ def settings_hooks(harness: str, command: str) -> dict[str, Any]:
         hook = {"type": "command", "command": command, "timeout": 10}
         return {
             "PreToolUse": [{"matcher": "*", "hooks": [hook]}],
+            "PostToolUse": [{"matcher": "*", "hooks": [hook]}],
+            "PostToolUseFailure": [{"matcher": "*", "hooks": [hook]}],
             "SubagentStop": [{"hooks": [hook]}],
             "SessionEnd": [{"hooks": [hook]}],
         }
     if harness == "codex":
-        return {"PreToolUse": [{"matcher": "*", "hooks": [{"type": "command", "command": command, "timeout": 10}]}]}
+        hook = {"type": "command", "command": command, "timeout": 10}
+        return {"PreToolUse": [{"matcher": "*", "hooks": [hook]}], "PostToolUse": [{"matcher": "*", "hooks": [hook]}]}
     if harness == "gemini":
         hook = {"type": "command", "command": command, "timeout": 10000}  # milliseconds in Gemini CLI
-        return {"BeforeTool": [{"matcher": ".*", "hooks": [hook]}], "SessionEnd": [{"hooks": [hook]}]}
+        return {
+            "BeforeTool": [{"matcher": ".*", "hooks": [hook]}],
+            "AfterTool": [{"matcher": ".*", "hooks": [hook]}],
+            "SessionEnd": [{"hooks": [hook]}],
+        }
     raise ValueError(harness)
 
 
