@@ -170,7 +170,7 @@ class CBConsole(App[int]):
 def _terminal_alive() -> bool:
     """Whether the terminal Textual draws on still answers (a hung-up terminal fails every ioctl with EIO)."""
     try:
-        termios.tcgetattr(sys.__stderr__.fileno())
+        termios.tcgetattr(sys.__stderr__.fileno())  # type: ignore[union-attr]  # None: AttributeError below
     except (termios.error, OSError, AttributeError, ValueError):
         return False
     return True

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,7 +18,9 @@ from breaker.protocol import AgentRow, ConfigFrame, GuardStats, KeyRow, StateFra
 RATE_SLOTS = 12  # sparkline history: one slot per RATE_PERIOD seconds
 RATE_PERIOD = 1.0
 MAX_TRIPS = 1000
-_STATUS_RANK = {"duplicate": 0, "cap": 1, "interrupted": 2, "ok": 3}
+# Most dangerous first: a loop caught (any rule, and a deny kind this console does not know: a newer
+# guard's), a budget spent, the operator's stop, a warning; then ok.
+_STATUS_RANK = {"duplicate": 0, "repeat": 0, "cycle": 0, "stall": 0, "cap": 1, "interrupted": 2, "warned": 3, "ok": 4}
 
 
 @dataclass
@@ -36,11 +38,12 @@ class Agent:
 
     @property
     def danger(self) -> tuple[int, float, float, int, str]:
-        """Sort key, most dangerous first: status duplicate, then cap, interrupted; then closest to a limit."""
+        """Sort key, most dangerous first: status duplicate, repeat or cycle, then cap, interrupted, warned;
+        then closest to a limit."""
         d = self.data
         worst = d.worst_count / max(d.duplicate_limit, 1)
         cap_use = d.calls / d.cap if d.cap else 0.0
-        return (_STATUS_RANK.get(d.status, 3), -worst, -cap_use, -sum(self.rate), self.id)
+        return (_STATUS_RANK.get(d.status, 0), -worst, -cap_use, -sum(self.rate), self.id)
 
 
 class ConsoleState:
@@ -162,7 +165,7 @@ class ConsoleState:
     def visible_agents(self) -> list[Agent]:
         """Agents passing the filter, most dangerous first."""
         needle = self.filter.casefold()
-        agents = self.agents.values()
+        agents: Iterable[Agent] = self.agents.values()
         if needle:
             agents = [
                 a

@@ -96,7 +96,8 @@ def parse_theme(data: Any, source: str) -> tuple[Theme | None, list[str]]:
         errors.append(f"{source}: variables: missing {', '.join(missing)}")
     if errors:
         return None, errors
-    theme = Theme(name=name.strip(), dark=dark, variables=variables, **{k: v for k, v in colors.items() if v})
+    present: dict[str, Any] = {k: v for k, v in colors.items() if v}
+    theme = Theme(name=str(name).strip(), dark=bool(dark), variables=variables, **present)
     return theme, []
 
 

@@ -11,8 +11,10 @@ from pathlib import Path
 
 import pytest
 from textual.command import CommandList, CommandPalette
+from textual.widgets import Select, Static, TextArea
 
 from breaker.client import GuardClient
+from breaker.config import BY_KEY, PRESETS
 from breaker.paths import default_operator_socket_path
 from console.app import CBConsole
 from console.screens.config import ConfigScreen
@@ -20,6 +22,7 @@ from console.screens.confirm import ConfirmScreen
 from console.screens.help import HelpScreen
 from console.session import AttachedGuard, DemoGuard, GuardOptions, OwnGuard, ReplayGuard
 from console.widgets.agents import AgentsTable
+from console.widgets.detail import AgentDetail
 from console.widgets.header import GuardHeader
 from console.widgets.keys import KeysTable
 from console.widgets.trips import TripsTable
@@ -34,6 +37,11 @@ def text_of(widget) -> str:
 
 def row_text(table, key: str) -> list[str]:
     return [cell.plain for cell in table.get_row(key)]
+
+
+def cell(table, key: str, column: str):
+    """One cell of a table's row, by the column's key (the agents table's columns can move)."""
+    return table.get_cell(key, column)
 
 
 async def until(pilot, predicate: Callable[[], bool], timeout: float = 10.0, what: str = "condition") -> None:
@@ -89,9 +97,9 @@ async def test_agents_keys_trips_and_header_show_live_state(guard):
         await asyncio.to_thread(loop, guard, "calm-1", 2, "read", {"path": "a"}, harness="claude-code")
         table = app.query_one(AgentsTable)
         await until(pilot, lambda: "looper-1" in table._cells and "calm-1" in table._cells, what="both agents")
-        looper = row_text(table, "looper-1")
-        assert looper[1] == "looper-1" and looper[3] == "dsh" and looper[4] == "6"
-        assert looper[6].endswith("6/6") and looper[8] == "duplicate"  # the status word itself
+        looper = {column: cell(table, "looper-1", column).plain for column, _label, _width in AgentsTable.COLUMNS}
+        assert looper["agent"] == "looper-1" and looper["harness"] == "dsh" and looper["calls"] == "6"
+        assert looper["worst"].endswith("6/6") and looper["status"] == "duplicate"  # the status word itself
         assert table.get_row_index("looper-1") == 0  # most dangerous first
         keys = app.query_one(KeysTable)
         await until(pilot, lambda: keys.row_count >= 1)
@@ -105,7 +113,7 @@ async def test_agents_keys_trips_and_header_show_live_state(guard):
         assert "duplicateLimit 6" in header and "window 200" in header and "maxCallsPerAgent 300" in header
         assert "exempt todo_write, ask_user_question, exit_plan_mode" in header
         assert "trips 1" in header and "checks 11" in header
-        assert "denies 3 (duplicate 3 · cap 0 · interrupted 0)" in header  # 9 calls: 6 allowed, 3 denied
+        assert "denies 3 (duplicate 3)   warnings 0" in header  # 9 calls: 6 allowed, 3 denied; no kind at 0
 
 
 async def test_cursor_stays_on_the_selected_agent_when_rows_reorder(guard):
@@ -138,7 +146,7 @@ async def test_interrupt_after_a_confirmation_that_names_the_agent_then_its_call
         await until(pilot, lambda: isinstance(app.screen, ConfirmScreen))
         await pilot.press("y")
         table = app.query_one(AgentsTable)
-        await until(pilot, lambda: row_text(table, "runaway")[8] == "interrupted", what="status interrupted")
+        await until(pilot, lambda: cell(table, "runaway", "status").plain == "interrupted", what="status interrupted")
         d = (await asyncio.to_thread(loop, guard, "runaway", 1, "read", {"p": 2}))[0]
         assert (d.allowed, d.kind) == (False, "interrupted")
 
@@ -203,6 +211,138 @@ async def test_the_config_form_refuses_bad_values_and_names_the_key(guard):
         assert "window: 80" in guard.patch.read_text()
 
 
+RECOMMENDED = "- id: circuit-breaker\n  config:\n    preset: recommended\n"
+# The recommended preset with the limits this file's sequences count on, whatever the preset's tuning.
+WARN_THEN_DENY = RECOMMENDED + "    repeatLimit: 3\n    repeatWarn: 1\n    cycleLimit: 3\n    cycleWarn: 1\n"
+
+
+async def choose_preset(pilot, form: ConfigScreen, preset: str) -> None:
+    """Pick `preset` from the form's preset select with the keyboard."""
+    select = form.query_one("#f-preset", Select)
+    select.focus()
+    await pilot.press("enter")
+    await until(pilot, lambda: select.expanded, what="the preset list open")
+    await pilot.press("home", *["down"] * BY_KEY["preset"].choices.index(preset), "enter")
+    await until(pilot, lambda: select.value == preset, what=f"{preset} chosen")
+
+
+async def test_a_warned_agent_shows_warned_and_the_rule_then_the_deny_of_that_rule(guard):
+    guard.patch.write_text(WARN_THEN_DENY)
+    app = app_for(guard)
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: app.state.values.get("preset") == "recommended", what="the preset in force")
+        table = app.query_one(AgentsTable)
+        header = app.query_one(GuardHeader)
+        # The third identical call in a row is allowed with the repeat rule's warning...
+        decisions = await asyncio.to_thread(loop, guard, "poller", 3, "bash", {"command": "gh run view"})
+        assert [d.allowed for d in decisions] == [True] * 3 and decisions[-1].warning
+        await until(pilot, lambda: "poller" in table._cells, what="the agent on screen")
+        await until(pilot, lambda: cell(table, "poller", "status").plain == "warned · repeat", what="warned")
+        assert app.main.roles()["warn"].lower() in str(cell(table, "poller", "status").style).lower()
+        await select(pilot, app, "poller")
+        detail = app.query_one(AgentDetail)
+        await until(pilot, lambda: "warns repeat 1" in text_of(detail), what="the warning in the detail")
+        await until(pilot, lambda: "warnings 1" in text_of(header), what="the warning in the header")
+        assert "denies" not in text_of(detail)
+        # ...and the fourth is denied by it: the status is the rule's deny kind, its trip is listed.
+        (denied,) = await asyncio.to_thread(loop, guard, "poller", 1, "bash", {"command": "gh run view"})
+        assert (denied.allowed, denied.kind) == (False, "repeat")
+        await until(pilot, lambda: cell(table, "poller", "status").plain == "repeat", what="denied by repeat")
+        assert app.main.roles()["trip"].lower() in str(cell(table, "poller", "status").style).lower()
+        await until(pilot, lambda: "denies repeat 1   warns repeat 1" in text_of(detail), what="both counts")
+        trips = app.query_one(TripsTable)
+        await until(pilot, lambda: trips.row_count == 1, what="the trip")
+        assert row_text(trips, "0")[1:] == ["poller", "repeat", "bash", "3/3"]
+        await until(pilot, lambda: "denies 1 (repeat 1)   warnings 1" in text_of(header), what="the header's counts")
+        # An A-B-A-B loop: warned by the cycle rule, then denied by it; both denied agents are listed on top.
+        calls = [("read", {"path": "a"}), ("read", {"path": "b"})] * 4
+        client = GuardClient(guard.socket, harness="pytest")
+        verdicts = [await asyncio.to_thread(client.check, "cycler", tool, args) for tool, args in calls[:6]]
+        assert verdicts[-1].allowed and verdicts[-1].warning
+        await until(
+            pilot, lambda: "cycler" in table._cells and cell(table, "cycler", "status").plain == "warned · cycle"
+        )
+        denied = await asyncio.to_thread(client.check, "cycler", *calls[6])
+        client.close()
+        assert (denied.allowed, denied.kind) == (False, "cycle")
+        await until(pilot, lambda: cell(table, "cycler", "status").plain == "cycle", what="denied by cycle")
+        await until(pilot, lambda: table.get_row_index("poller") < 2 and table.get_row_index("cycler") < 2)
+
+
+async def test_a_preset_and_overrides_in_the_patch_file_show_in_the_header_and_read_back_in_the_form(guard):
+    guard.patch.write_text(RECOMMENDED + "    tools: {bash: {repeatLimit: 2}, '[red]x': {maxCalls: 50}}\n")
+    app = app_for(guard)
+    async with app.run_test(size=SIZE) as pilot:
+        header = app.query_one(GuardHeader)
+        await until(pilot, lambda: "preset recommended" in text_of(header), what="the preset in the header")
+        assert "tools bash, [red]x" in text_of(header)  # a tool name is text, never markup
+        await pilot.press("e")
+        await until(pilot, lambda: isinstance(app.screen, ConfigScreen))
+        form = app.screen
+        assert form.query_one("#f-preset", Select).value == "recommended"
+        assert form.query_one("#f-repeatLimit").value == str(PRESETS["recommended"]["repeatLimit"])
+        assert form.query_one("#f-tools", TextArea).text == "bash: {repeatLimit: 2}\n'[red]x': {maxCalls: 50}"
+        assert form.validate_form() == {}  # what the guard sent reads back unchanged: nothing to save
+
+
+async def test_a_bad_per_tool_value_is_named_down_to_its_key_and_nothing_is_saved(guard):
+    app = app_for(guard)
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: bool(app.state.values))
+        await pilot.press("e")
+        await until(pilot, lambda: isinstance(app.screen, ConfigScreen))
+        form = app.screen
+        editor = form.query_one("#f-tools", TextArea)
+        problem = form.query_one("#p-tools", Static)
+        editor.focus()
+        await pilot.press(*"bash: {repeatLimit: -1}")  # typed, as an operator does
+        expected = BY_KEY["repeatLimit"].expected
+        await until(pilot, lambda: str(problem.content).startswith(f"tools.bash.repeatLimit: expected {expected}"))
+        await pilot.press("ctrl+s")
+        assert app.screen is form and not guard.patch.exists()  # not saved: the form is still open
+
+
+async def test_choosing_a_preset_in_the_form_saves_only_the_preset_and_the_guard_applies_it(guard):
+    app = app_for(guard)
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: app.state.values.get("preset") == "seed", what="the config in force")
+        await pilot.press("e")
+        await until(pilot, lambda: isinstance(app.screen, ConfigScreen))
+        form = app.screen
+        await choose_preset(pilot, form, "recommended")
+        assert form.query_one("#f-repeatLimit").value == str(PRESETS["recommended"]["repeatLimit"])
+        await pilot.press("ctrl+s")
+        await until(pilot, lambda: app.state.values.get("preset") == "recommended", what="the preset applied")
+        text = guard.patch.read_text()
+        # Only the preset is written: the keys it sets keep following it.
+        assert "preset: recommended" in text and not any(key in text for key in PRESETS["recommended"])
+        assert app.state.values["repeatLimit"] == PRESETS["recommended"]["repeatLimit"]
+        limit = PRESETS["recommended"]["repeatLimit"]
+        assert isinstance(limit, int) and limit > 0
+        decisions = await asyncio.to_thread(loop, guard, "after-preset", limit + 1, "bash", {"command": "ls"})
+        assert [d.kind for d in decisions] == [None] * limit + ["repeat"]
+
+
+async def test_per_tool_overrides_saved_from_the_form_are_written_and_applied(guard):
+    app = app_for(guard)
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: bool(app.state.values))
+        await pilot.press("e")
+        await until(pilot, lambda: isinstance(app.screen, ConfigScreen))
+        form = app.screen
+        form.query_one("#f-tools", TextArea).text = "bash: {repeatLimit: 2}\nweb_search: {maxCalls: 50}"
+        await until(pilot, lambda: form.validate_form() is not None, what="a valid form")
+        await pilot.press("ctrl+s")
+        tools = {"bash": {"repeatLimit": 2}, "web_search": {"maxCalls": 50}}
+        await until(pilot, lambda: app.state.values.get("tools") == tools, what="the overrides applied")
+        values = request(guard.operator, {"op": "config_get", "id": 1})["config"]["values"]
+        assert values["tools"] == tools and values["preset"] == "seed"  # nothing else was sent
+        assert "bash: {repeatLimit: 2}" in guard.patch.read_text()
+        decisions = await asyncio.to_thread(loop, guard, "overridden", 3, "bash", {"command": "ls"})
+        assert [d.kind for d in decisions] == [None, None, "repeat"]
+        await until(pilot, lambda: "tools bash, web_search" in text_of(app.query_one(GuardHeader)))
+
+
 async def test_a_hand_edit_of_the_patch_file_shows_up_live(guard):
     app = app_for(guard)
     async with app.run_test(size=SIZE) as pilot:
@@ -254,7 +394,7 @@ async def test_reset_clears_the_agents_counts(guard):
         await select(pilot, app, "resettable")
         await pilot.press("r")
         table = app.query_one(AgentsTable)
-        await until(pilot, lambda: row_text(table, "resettable")[4] == "0", what="calls back to 0")
+        await until(pilot, lambda: cell(table, "resettable", "calls").plain == "0", what="calls back to 0")
         assert (await asyncio.to_thread(loop, guard, "resettable", 1))[0].allowed
 
 
@@ -355,10 +495,10 @@ async def test_themes_switch_live_and_recolour_cells(guard):
         await asyncio.to_thread(loop, guard, "t-loop", 7)
         table = app.query_one(AgentsTable)
         await until(pilot, lambda: "t-loop" in table._cells)
-        dark_style = str(table.get_row("t-loop")[8].style)
+        dark_style = str(cell(table, "t-loop", "status").style)
         app.theme = "cbconsole-light"
-        await until(pilot, lambda: str(table.get_row("t-loop")[8].style) != dark_style, what="recoloured status")
-        assert app.main.colors()["trip"].lower() in str(table.get_row("t-loop")[8].style).lower()
+        await until(pilot, lambda: str(cell(table, "t-loop", "status").style) != dark_style, what="recoloured status")
+        assert app.main.roles()["trip"].lower() in str(cell(table, "t-loop", "status").style).lower()
 
 
 async def test_readonly_greys_out_every_action_that_changes_the_guard(guard):

@@ -16,13 +16,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from textual.widgets import Select, TextArea
 
+from breaker.config import PRESETS
 from breaker.protocol import StateFrame
 from console.app import CBConsole
+from console.screens.config import ConfigScreen
 from console.session import GuardSession
 from console.state import RATE_SLOTS, ConsoleState
 from console.widgets.agents import AGENT_WIDTH, TOOL_WIDTH, AgentsTable
 from console.widgets.cells import clip
+from console.widgets.detail import AgentDetail
 from console.widgets.header import GuardHeader
 from console.widgets.keys import KeysTable
 from console.widgets.trips import TripsTable
@@ -66,6 +70,9 @@ def agent(
     denies: dict | None = None,
     age: float = 0.2,
     reason: str | None = None,
+    warns: dict | None = None,
+    rule: str | None = None,
+    limit: int = 6,
 ) -> dict[str, Any]:
     return {
         "agent": name,
@@ -78,12 +85,14 @@ def agent(
         "worst_count": worst,
         "worst_tool": tool if worst > 1 else "",
         "worst_preview": preview if worst > 1 else "",
-        "duplicate_limit": 6,
+        "duplicate_limit": limit,
         "denies": denies or {},
         "status": status,
         "last_tool": tool,
         "last_seen": T0 - age,
         "interrupt_reason": reason,
+        "warns": warns or {},
+        "rule": ("" if status == "ok" else status) if rule is None else rule,
     }
 
 
@@ -248,6 +257,68 @@ STATES: dict[str, dict[str, Any]] = {
         "checks": 1260,
         "denies": {"duplicate": 238, "cap": 88, "interrupted": 12},
     },
+    # The recommended preset: warnings before denies, and the rules beyond the seed's (repeat, cycle).
+    "warned-then-denied": {
+        "config": {"preset": "recommended", "repeatLimit": 3, "cycleLimit": 3},
+        "agents": [
+            agent("session-demo-healthy", 40, 2, "ok", "read", preview='read path="src/module_7.py"'),
+            agent(
+                "session-demo-searcher",
+                5,
+                5,
+                "warned",
+                "web_search",
+                rule="duplicate",
+                warns={"duplicate": 1, "repeat": 1},
+                preview='web_search query="qwen3.8 gated deltanet repetition fix"',
+            ),
+            agent(
+                "session-demo-poller",
+                9,
+                3,
+                "warned",
+                "bash",
+                rule="repeat",
+                warns={"repeat": 1},
+                preview='bash command="gh run view 4242"',
+            ),
+            agent(
+                "session-demo-prober",
+                3,
+                3,
+                "repeat",
+                "bash",
+                warns={"repeat": 1},
+                denies={"repeat": 4},
+                preview='bash command="echo cbprobe4"',
+            ),
+            agent(
+                "3f2a9c1e-demo-subagent",
+                12,
+                4,
+                "cycle",
+                "read",
+                parent="session-demo-healthy",
+                warns={"cycle": 1},
+                denies={"cycle": 2},
+                preview='read path="/workspace/notes/brief.md"',
+            ),
+        ],
+        "trips": [
+            {"time": T0 - 6, "agent": "session-demo-prober", "kind": "repeat", "tool": "bash", "count": 3, "limit": 3},
+            {
+                "time": T0 - 2,
+                "agent": "3f2a9c1e-demo-subagent",
+                "kind": "cycle",
+                "tool": "read",
+                "count": 3,
+                "limit": 3,
+            },
+        ],
+        "checks": 180,
+        "denies": {"duplicate": 0, "repeat": 4, "cycle": 2, "cap": 0, "interrupted": 0},
+        "warnings": 5,
+    },
 }
 RATES = {
     "session-demo-healthy": [3, 4, 5, 4, 3, 4, 5, 4, 4, 3, 5, 4],
@@ -255,7 +326,18 @@ RATES = {
     "session-demo-pager": [25, 30, 29, 31, 30, 28, 30, 29, 18, 0, 0, 0],
     "session-demo-prober": [3, 3, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0],
     "3f2a9c1e-demo-subagent": [6, 6, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0],
+    "session-demo-poller": [1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0],
 }
+
+
+# The recommended preset as these screens show it: tuning the preset's values must not change a screenshot
+# (test_console_form.py checks the form against the preset's values in force).
+RECOMMENDED = {"duplicateWarn": 2, "repeatLimit": 3, "repeatWarn": 1, "cycleLimit": 3, "cycleWarn": 1, "capWarn": 30}
+
+
+@pytest.fixture(autouse=True)
+def fixed_presets(monkeypatch):
+    monkeypatch.setitem(PRESETS, "recommended", RECOMMENDED)
 
 
 @pytest.fixture(autouse=True)
@@ -290,6 +372,7 @@ def frame(state: dict[str, Any]) -> dict[str, Any]:
         "stats": {
             "checks": state["checks"],
             "denies": state["denies"],
+            "warnings": state.get("warnings", 0),
             "agents": len(state["agents"]),
             "connections": 5,
             "harnesses": {"claude-code": 1, "dsh": 4},
@@ -298,7 +381,7 @@ def frame(state: dict[str, Any]) -> dict[str, Any]:
             "pid": 4242,
             "socket": "/tmp/cbconsole-demo/guard.sock",
         },
-        "config": CONFIG,
+        "config": {**CONFIG, "values": {**CONFIG["values"], **state.get("config", {})}},
     }
 
 
@@ -356,13 +439,41 @@ def test_main_screen_snapshot(snap_compare, theme, state):
     assert snap_compare(app, terminal_size=SIZE, run_before=run_before)
 
 
+def test_narrow_terminal_snapshot(snap_compare):
+    """80 × 24: each agent's id, status, calls and gauges in view; the header's counts fitted to the width."""
+    app = make_app("dark")
+
+    async def run_before(pilot) -> None:
+        await mounted(pilot)
+        inject(app, frame(STATES["warned-then-denied"]), RATES)
+        await pilot.pause()
+
+    assert snap_compare(app, terminal_size=(80, 24), run_before=run_before)
+
+
+def test_config_form_after_choosing_a_preset_snapshot(snap_compare):
+    """The form over the seed's config once `recommended` is chosen: the note says what it sets, the fields moved."""
+    app = make_app("dark")
+
+    async def run_before(pilot) -> None:
+        await mounted(pilot)
+        inject(app, frame(STATES["looping"]), RATES)
+        await pilot.press("e")
+        while not isinstance(app.screen, ConfigScreen):
+            await pilot.pause()
+        app.screen.query_one("#f-preset", Select).value = "recommended"
+        await pilot.pause()
+
+    assert snap_compare(app, terminal_size=(100, 40), run_before=run_before)
+
+
 async def test_status_is_the_status_word_and_the_header_names_trips_and_denies_apart():
     app = make_app("dark")
     async with app.run_test(size=SIZE) as pilot:
         inject(app, frame(STATES["capped-and-interrupted"]))
         await pilot.pause()
         table = app.query_one(AgentsTable)
-        status = {name: table.get_row(name)[8].plain for name in app.state.agents}
+        status = {name: table.get_cell(name, "status").plain for name in app.state.agents}
         assert status == {
             "session-demo-healthy": "ok",
             "session-demo-searcher": "duplicate",
@@ -374,6 +485,63 @@ async def test_status_is_the_status_word_and_the_header_names_trips_and_denies_a
         assert "trips 5" in header  # the trips list: first denies
         assert "denies 338 (duplicate 238 · cap 88 · interrupted 12)" in header  # every denied call
         assert "tripped" not in header and "capped" not in header
+
+
+async def test_a_warned_agent_shows_warned_and_its_rule_and_a_denied_one_its_deny_kind():
+    app = make_app("dark")
+    async with app.run_test(size=SIZE) as pilot:
+        inject(app, frame(STATES["warned-then-denied"]))
+        await pilot.pause()
+        table = app.query_one(AgentsTable)
+        colors = app.main.roles()
+        status = {name: table.get_cell(name, "status") for name in app.state.agents}
+        assert {name: cell.plain for name, cell in status.items()} == {
+            "session-demo-healthy": "ok",
+            "session-demo-searcher": "warned · duplicate",
+            "session-demo-poller": "warned · repeat",
+            "session-demo-prober": "repeat",
+            "3f2a9c1e-demo-subagent": "cycle",
+        }
+        assert colors["warn"] in str(status["session-demo-poller"].style)
+        assert colors["trip"] in str(status["session-demo-prober"].style)
+        assert colors["trip"] in str(status["3f2a9c1e-demo-subagent"].style)
+        # Denied first (cycle before repeat: its worst repeat is closer to the limit), then warned, then ok.
+        order = [table.get_row_at(i)[1].plain for i in range(table.row_count)]
+        assert order == [
+            "3f2a9c1e-demo-subagent",
+            "session-demo-prober",
+            "session-demo-searcher",
+            "session-demo-poller",
+            "session-demo-healthy",
+        ]
+        header = str(app.query_one(GuardHeader).content)
+        assert "trips 2   denies 6 (repeat 4 · cycle 2)   warnings 5" in header
+        assert "config preset recommended · duplicateLimit 6 · repeatLimit 3 · cycleLimit 3 · window 200" in header
+        detail = app.query_one(AgentDetail)
+        for name, counts in {
+            "session-demo-searcher": "warns duplicate 1 · repeat 1   worst repeat 5×",
+            "session-demo-prober": "denies repeat 4   warns repeat 1   worst repeat 3×",
+            "3f2a9c1e-demo-subagent": "denies cycle 2   warns cycle 1   worst repeat 4×",
+            "session-demo-healthy": "worst repeat 2×",
+        }.items():
+            table.move_cursor(row=table.get_row_index(name))
+            await pilot.pause()
+            assert str(detail.content).splitlines()[1].startswith(counts), name
+
+
+async def test_the_header_fits_its_counts_to_the_width_dropping_the_least_needed_first():
+    app = make_app("dark")
+    async with app.run_test(size=(80, 24)) as pilot:
+        inject(app, frame(STATES["warned-then-denied"]))
+        await pilot.pause()
+        counts = str(app.query_one(GuardHeader).content).splitlines()[1]
+        # No room for the split by kind, the checks' total or the harnesses' names: the numbers that matter stay.
+        assert counts == "harnesses 5   agents 5   47 checks/s   trips 2   denies 6   warnings 5"
+        await pilot.resize_terminal(150, 40)
+        await pilot.pause()
+        counts = str(app.query_one(GuardHeader).content).splitlines()[1]
+        assert counts.startswith("harnesses claude-code 1, dsh 4   agents 5   47 checks/s   checks 180")
+        assert counts.endswith("denies 6 (repeat 4 · cycle 2)   warnings 5")
 
 
 # -- untrusted strings are never markup -------------------------------------------------------------
@@ -407,9 +575,13 @@ def hostile_frame() -> dict[str, Any]:
             "denies": {"duplicate": 6, "cap": 0, "interrupted": 0},
         }
     )
+    # a rule, and the keys of warns and denies (a newer guard's rule, say)
+    agents[0].update(status="warned", rule=HOSTILE[1], warns={HOSTILE[2]: 2}, denies={HOSTILE[3]: 1})
     f["stats"]["harnesses"] = {h: 1 for h in HOSTILE}
     f["stats"]["socket"] = "/tmp/[red]sock"
-    f["config"] = {**CONFIG, "values": {**CONFIG["values"], "exempt": HOSTILE}, "source": "[/x]"}
+    f["stats"]["denies"] = {"duplicate": 6, HOSTILE[3]: 1}
+    tools = {HOSTILE[1]: {"maxCalls": 5}}  # per-tool overrides name tools too
+    f["config"] = {**CONFIG, "values": {**CONFIG["values"], "exempt": HOSTILE, "tools": tools}, "source": "[/x]"}
     return f
 
 
@@ -423,10 +595,12 @@ async def test_markup_in_agent_ids_tool_names_and_args_is_shown_literally_and_br
         for name in HOSTILE:
             cells = [c.plain for c in table.get_row(name)]
             assert cells[1] == clip(name, AGENT_WIDTH)
-        tools = {table.get_row(n)[9].plain for n in HOSTILE}
+        tools = {table.get_cell(n, "tool").plain for n in HOSTILE}
         assert tools == {clip(t, TOOL_WIDTH) for t in HOSTILE}  # clip() escapes control characters too
+        assert table.get_cell(HOSTILE[0], "status").plain == f"warned · {HOSTILE[1]}"
         header = str(app.query_one(GuardHeader).content)
         assert "/tmp/[red]sock" in header and "[@click=app.quit]x[/]" in header
+        assert f"tools {HOSTILE[1]}" in header
         keys = app.query_one(KeysTable)
         assert any("[@click=app.quit]x[/]" in keys.get_row_at(i)[2].plain for i in range(keys.row_count))
         assert app.query_one(TripsTable).row_count == len(HOSTILE)
@@ -439,9 +613,15 @@ async def test_markup_in_agent_ids_tool_names_and_args_is_shown_literally_and_br
             app.state.changed()
             app.main.flush()
             assert name.replace("\x1b", "\\x1b") in str(app.query_one("#detail").content)
+            if name == HOSTILE[0]:
+                assert f"denies {HOSTILE[3]} 1   warns {HOSTILE[2]} 2" in str(app.query_one("#detail").content)
         await pilot.press("i")  # the confirmation names a hostile id literally
         await pilot.pause()
         assert app.is_running
+        await pilot.press("n", "e")  # the config form shows a hostile tool name in the overrides as text
+        await pilot.pause()
+        assert isinstance(app.screen, ConfigScreen) and app.is_running
+        assert app.screen.query_one("#f-tools", TextArea).text == f"'{HOSTILE[1]}': {{maxCalls: 5}}"
 
 
 def test_markup_injection_snapshot(snap_compare):

@@ -9,9 +9,11 @@ from rich.text import Text
 from textual.app import App, ComposeResult
 from textual.widgets import DataTable
 
-from breaker.protocol import KeyRow
+from breaker.protocol import AgentRow, KeyRow
+from console.state import Agent
 from console.themes import THEME_VARIABLES
 from console.widgets import rows
+from console.widgets.cells import KIND_ORDER, kind_color
 from console.widgets.keys import KeysTable, row_keys
 from console.widgets.rows import batched_writes, update_cells
 
@@ -111,3 +113,36 @@ def test_two_calls_that_look_the_same_get_two_row_keys():
     same = key("ag-1", "cut short…", 4)
     keys = row_keys([same, key("ag-1", "other", 3), same])
     assert len(set(keys)) == 3 and keys == row_keys([same, key("ag-1", "other", 3), same])
+
+
+def _agent(agent: str, status: str, worst: int) -> Agent:
+    row = AgentRow(
+        agent=agent, harness="dsh", parent=None, calls=worst, window_fill=worst, window=200, cap=300,
+        worst_count=worst, worst_tool="bash", worst_preview="", duplicate_limit=6,
+        denies={status: 1} if status not in ("ok", "warned") else {}, status=status,
+        last_tool="bash", last_seen=None, interrupt_reason=None,
+    )  # fmt: skip
+    return Agent(agent, row)
+
+
+def test_every_loop_rule_ranks_and_colours_as_a_loop_caught_above_cap_interrupt_and_warned():
+    agents = [
+        _agent("warned", "warned", 5),
+        _agent("capped", "cap", 1),
+        _agent("stalled", "stall", 1),
+        _agent("paused", "interrupted", 1),
+        _agent("cycling", "cycle", 2),
+        _agent("fine", "ok", 5),
+    ]
+    order = [a.id for a in sorted(agents, key=lambda a: a.danger)]
+    assert order == ["cycling", "stalled", "capped", "paused", "warned", "fine"]
+    roles = dict.fromkeys(THEME_VARIABLES, "x")
+    colours = {role: f"#{n:06x}" for n, role in enumerate(["trip", "cap", "interrupted", "ok", "warn"], 1)}
+    assert {kind: kind_color(kind, roles | colours) for kind in KIND_ORDER} == {
+        "duplicate": colours["trip"],
+        "repeat": colours["trip"],
+        "cycle": colours["trip"],
+        "stall": colours["trip"],
+        "cap": colours["cap"],
+        "interrupted": colours["interrupted"],
+    }

@@ -21,7 +21,8 @@ def agent_row(tmux, agent: str, harness: str, status: str, timeout: float = 20.0
     while True:
         screen = tmux.screen()
         for line in screen.splitlines():
-            if agent in line and f" {harness} " in line and f" {status} " in line:
+            padded = f"{line} "  # the pane trims trailing blanks; the harness may be the last column
+            if agent in line and f" {harness} " in padded and f" {status} " in padded:
                 return line
         if time.monotonic() > deadline:
             raise AssertionError(f"no row of {agent!r} with status {status!r}:\n{screen}")

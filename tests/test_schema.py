@@ -70,9 +70,19 @@ def test_config_defaults_are_the_tables():
 def test_the_attribute_is_the_key_in_snake_case():
     assert {s.key: s.attr for s in SETTINGS if s.key != s.attr} == {
         "duplicateLimit": "duplicate_limit",
+        "duplicateWarn": "duplicate_warn",
+        "repeatLimit": "repeat_limit",
+        "repeatWarn": "repeat_warn",
+        "stallLimit": "stall_limit",
+        "stallWarn": "stall_warn",
+        "cycleLimit": "cycle_limit",
+        "cycleWarn": "cycle_warn",
+        "cyclePeriod": "cycle_period",
         "maxCallsPerAgent": "max_calls_per_agent",
+        "capWarn": "cap_warn",
         "ignoreArgs": "ignore_args",
         "denyMessage": "deny_message",
+        "warnMessage": "warn_message",
         "incidentLog": "incident_log",
         "maxAgents": "max_agents",
         "failClosed": "fail_closed",
@@ -138,6 +148,8 @@ BAD_BY_KIND: dict[str, list[Any]] = {
     "names": ["a", [""], [1], None, {"a": 1}],
     "str": [None, 3, False, ["x"]],
     "argv": ["kill {agent}", [""], ["{agent}"], [1], None],
+    "choice": ["SEED", "", None, 1, ["seed"]],
+    "tools": [3, "bash", ["bash"], True],
 }
 GOOD_BY_KIND: dict[str, list[Any]] = {
     "bool": [True, False],
@@ -145,6 +157,8 @@ GOOD_BY_KIND: dict[str, list[Any]] = {
     "names": [[], ["a", "b_c"]],
     "str": ["", "/x y", "{tool}"],
     "argv": [[], ["kill", "-TERM", "{agent}"], ["tmux", ""]],
+    "choice": [],  # each setting's choices
+    "tools": [{}, {"bash": {"repeatLimit": 6}}, {"Web-Search": {"maxCalls": 50, "progress": True}}],
 }
 
 
@@ -170,9 +184,13 @@ def test_good_values_of_each_setting_are_taken_and_round_trip(setting):
     good = list(GOOD_BY_KIND[setting.kind])
     if setting.kind == "int":
         good += [setting.low, setting.high]
+    good += setting.choices
     for value in [*good, setting.default]:
         config = Config.from_mapping({setting.key: value})
-        assert config.to_mapping()[setting.key] == (list(value) if isinstance(value, (list, tuple)) else value)
+        if setting.kind == "tools":
+            assert config.to_mapping()[setting.key] == (value or {})
+        else:
+            assert config.to_mapping()[setting.key] == (list(value) if isinstance(value, (list, tuple)) else value)
         assert Config.from_mapping(config.to_mapping()) == config
 
 
@@ -180,8 +198,17 @@ def test_the_int_ranges_are_the_documented_ones():
     ranges = {s.key: (s.low, s.high) for s in SETTINGS if s.kind == "int"}
     assert ranges == {
         "duplicateLimit": (1, 10**9),
+        "duplicateWarn": (0, 10**9),
+        "repeatLimit": (0, 10**9),
+        "repeatWarn": (0, 10**9),
+        "stallLimit": (0, 10**9),
+        "stallWarn": (0, 10**9),
+        "cycleLimit": (0, 10**9),
+        "cycleWarn": (0, 10**9),
+        "cyclePeriod": (2, 8),
         "window": (1, 100_000),
         "maxCallsPerAgent": (0, 10**9),
+        "capWarn": (0, 10**9),
         "maxAgents": (1, 1_000_000),
         "guardTimeoutMs": (1, 60_000),
     }
@@ -262,11 +289,15 @@ async def open_form() -> AsyncIterator[tuple[Pilot[None], ConfigScreen]]:
 
 
 async def test_the_form_shows_every_setting_with_the_schemas_input_and_help():
+    from textual.widgets import Select, TextArea  # the inputs of the kinds a line of text does not fit
+    from textual.widgets.select import InvalidSelectValueError
+
+    widget_of = {"bool": Switch, "choice": Select, "tools": TextArea}  # every other kind: an Input
     async with open_form() as (_pilot, form):
         assert [w.id for w in form.query(".help")] == [f"h-{s.key}" for s in SETTINGS]
         for s in SETTINGS:
             field = form.query_one(f"#f-{s.key}")
-            assert isinstance(field, Switch if s.kind == "bool" else Input), s.key
+            assert type(field) is widget_of.get(s.kind, Input), s.key
             if isinstance(field, Input):
                 assert field.type == ("integer" if s.kind == "int" else "text"), s.key
             assert field.disabled == s.patch_only, s.key
@@ -275,9 +306,20 @@ async def test_the_form_shows_every_setting_with_the_schemas_input_and_help():
         # What the form shows reads back as the same config: nothing changed, nothing to save.
         assert form.values() == Config().to_mapping()
         assert form.validate_form() == {}
+        # A choice offers exactly the schema's words (a word it does not offer cannot be set).
+        for s in SETTINGS:
+            if s.kind == "choice":
+                select = form.query_one(f"#f-{s.key}", Select)
+                for choice in s.choices:
+                    select.value = choice
+                    assert select.value == choice
+                with pytest.raises(InvalidSelectValueError):
+                    select.value = "not-a-" + s.key
 
 
 async def test_the_form_names_a_bad_value_with_the_schemas_expected():
+    from textual.widgets import TextArea
+
     async with open_form() as (pilot, form):
         timeout = next(s for s in SETTINGS if s.key == "guardTimeoutMs")
         form.query_one("#f-guardTimeoutMs", Input).value = str(timeout.high + 1)
@@ -287,6 +329,13 @@ async def test_the_form_names_a_bad_value_with_the_schemas_expected():
         form.query_one("#f-guardTimeoutMs", Input).value = "750"
         await pilot.pause()
         assert form.validate_form() == {"guardTimeoutMs": 750}
+        # A per-tool override is named down to its tool and key, with the expected of the setting it follows.
+        repeat = next(s for s in SETTINGS if s.key == "repeatLimit")
+        form.query_one("#f-tools", TextArea).text = "bash: {repeatLimit: -1}"
+        await pilot.pause()
+        problem = str(form.query_one("#p-tools", Static).content)
+        assert problem == f"tools.bash.repeatLimit: expected {repeat.expected}, found -1 (an integer)"
+        assert form.validate_form() is None
 
 
 @pytest.mark.parametrize(

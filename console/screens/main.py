@@ -36,6 +36,11 @@ MUTATING = frozenset({"interrupt", "uninterrupt", "reset", "pause_guard", "edit_
 INTERRUPT_REASON = "interrupted by the operator from cbconsole"
 
 
+def _op(method: Callable[..., Awaitable[T]], *args: Any) -> Callable[[GuardLink], Awaitable[T]]:
+    """One of GuardLink's ops with its arguments bound, for `ask_guard` (one per agent, in a loop)."""
+    return lambda link: method(link, *args)
+
+
 class MainScreen(Screen[None]):
     """One screen over the console's state. State frames land in `ConsoleState` as they come; this
     screen draws from it at FLUSH_HZ, only when it changed, never while frozen or under a dialog."""
@@ -131,7 +136,8 @@ class MainScreen(Screen[None]):
         """Draw at the next tick even if the state did not change (a new theme, unfrozen)."""
         self._drawn = -1
 
-    def colors(self) -> dict[str, str]:
+    def roles(self) -> dict[str, str]:
+        """The console's colour roles (trip, cap, interrupted, ok, warn, exempt, muted) in the theme in force."""
         variables = self.app.theme_variables
         return {k: variables.get(k, v) for k, v in THEME_VARIABLES.items()}
 
@@ -147,7 +153,7 @@ class MainScreen(Screen[None]):
         if state.version == self._drawn and now - self._drawn_at < 1.0:
             return
         self._drawn, self._drawn_at = state.version, now
-        colors = self.colors()
+        colors = self.roles()
         agents = state.visible_agents()
         table = self.agents_table
         with self.app.batch_update():
@@ -219,7 +225,7 @@ class MainScreen(Screen[None]):
                 return
             told = 0
             for agent in agents:
-                notified = await self.ask_guard("interrupt", lambda link, a=agent: link.interrupt(a, INTERRUPT_REASON))
+                notified = await self.ask_guard("interrupt", _op(GuardLink.interrupt, agent, INTERRUPT_REASON))
                 if notified is None:
                     return
                 told += notified
@@ -237,12 +243,12 @@ class MainScreen(Screen[None]):
 
     async def action_uninterrupt(self) -> None:
         for agent in self.targets():
-            await self.ask_guard("uninterrupt", lambda link, a=agent: link.uninterrupt(a))
+            await self.ask_guard("uninterrupt", _op(GuardLink.uninterrupt, agent))
 
     async def action_reset(self) -> None:
         agents = self.targets()
         for agent in agents:
-            if await self.ask_guard("reset", lambda link, a=agent: link.reset(a)) is None:
+            if await self.ask_guard("reset", _op(GuardLink.reset, agent)) is None:
                 return
         if agents:
             self.notify(f"Reset the counts of {len(agents)} agent(s).", markup=False)
@@ -351,7 +357,7 @@ class MainScreen(Screen[None]):
 
     def action_freeze(self) -> None:
         self.frozen = not self.frozen
-        self.header.show(self.state, self.colors(), self.readonly, self.frozen)
+        self.header.show(self.state, self.roles(), self.readonly, self.frozen)
         self.force_redraw()
 
     def action_filter(self) -> None:
@@ -369,7 +375,7 @@ class MainScreen(Screen[None]):
     def on_agents_table_selected(self, event: AgentsTable.Selected) -> None:
         if self.session.ending:
             return
-        self.detail.show(self.state.agents.get(event.agent or ""), len(self.state.marked), self.colors())
+        self.detail.show(self.state.agents.get(event.agent or ""), len(self.state.marked), self.roles())
 
     def on_input_changed(self, event: Input.Changed) -> None:
         if event.input.id == "filter":

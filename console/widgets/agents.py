@@ -12,10 +12,11 @@ from console.state import Agent
 from console.widgets.cells import age, clip, gauge, plain, ratio_color, sparkline, status_text
 from console.widgets.rows import KeyedTable, keyed
 
-__all__ = ["AgentsTable"]
+__all__ = ["AGENT_WIDTH", "STATUS_WIDTH", "TOOL_WIDTH", "AgentsTable"]
 
 AGENT_WIDTH = 24
-TOOL_WIDTH = 15
+TOOL_WIDTH = 13
+STATUS_WIDTH = 18  # "warned · duplicate"
 
 
 class AgentsTable(KeyedTable):
@@ -25,19 +26,21 @@ class AgentsTable(KeyedTable):
     AgentsTable { height: 1fr; }
     AgentsTable > .datatable--cursor { text-style: bold; }
     """
+    # What matters most first: at 80 columns the operator sees who, its status and how close it is to each
+    # limit; the harness and parent (also in the detail line under the table) come last.
     COLUMNS = (
         ("mark", " ", 1),
         ("agent", "agent", AGENT_WIDTH),
-        ("parent", "parent", 10),
-        ("harness", "harness", 10),
+        ("status", "status", STATUS_WIDTH),  # the status word itself, and for `warned` the rule that warned
         ("calls", "calls", 5),
-        ("window", "window", 8),
         ("worst", "worst repeat", 12),
         ("cap", "cap", 8),
-        ("status", "status", 11),  # the status word itself: ok, duplicate, cap, interrupted
+        ("window", "window", 8),
         ("tool", "last tool", TOOL_WIDTH),
         ("age", "age", 5),
         ("rate", "calls/s", 12),
+        ("harness", "harness", 10),
+        ("parent", "parent", 10),
     )
     KEY_COLUMN = "agent"
 
@@ -50,19 +53,20 @@ class AgentsTable(KeyedTable):
         else:
             cap_cell = Text(f"{calls}/∞", style="dim")
         last_seen = d.last_seen
+        rate_color = colors["ok"] if d.status == "ok" else colors["warn"] if d.status == "warned" else colors["trip"]
         return (
             Text("●" if marked else " ", style=colors["warn"]),
             keyed(plain(clip(agent.id, AGENT_WIDTH)), agent.id),
-            plain(clip(d.parent or "", 10), style=colors["muted"]),
-            plain(clip(d.harness, 10)),
+            status_text(d.status, d.rule, colors),
             Text(str(calls), justify="right"),
-            Text(f"{d.window_fill}/{d.window}", style="dim" if not d.window_fill else ""),
             gauge(d.worst_count, d.duplicate_limit or 1, colors, width=4),
             cap_cell,
-            status_text(d.status, colors),
+            Text(f"{d.window_fill}/{d.window}", style="dim" if not d.window_fill else ""),
             plain(clip(d.last_tool, TOOL_WIDTH)),
             age(now - last_seen if last_seen else None),
-            sparkline(agent.rate, colors["ok"] if d.status == "ok" else colors["trip"]),
+            sparkline(agent.rate, rate_color),
+            plain(clip(d.harness, 10)),
+            plain(clip(d.parent or "", 10), style=colors["muted"]),
         )
 
     def reconcile(self, agents: list[Agent], now: float, marked: set[str], colors: Mapping[str, str]) -> None:

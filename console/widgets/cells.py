@@ -6,7 +6,18 @@ from collections.abc import Iterable, Mapping
 
 from rich.text import Text
 
-__all__ = ["age", "clip", "gauge", "kind_color", "plain", "ratio_color", "sparkline", "status_text"]
+__all__ = [
+    "KIND_ORDER",
+    "age",
+    "by_kind",
+    "clip",
+    "gauge",
+    "kind_color",
+    "plain",
+    "ratio_color",
+    "sparkline",
+    "status_text",
+]
 
 _SPARKS = "▁▂▃▄▅▆▇█"
 _CONTROL = {c: f"\\x{c:02x}" for c in range(32)} | {127: "\\x7f"}
@@ -68,16 +79,43 @@ def age(seconds: float | None) -> Text:
     return Text(f"{seconds / 3600:.0f}h", style="dim")
 
 
-# An agent's status word (shown as it is: one word per idea) -> its colour role.
-_STATUS_ROLE = {"ok": "ok", "duplicate": "trip", "cap": "cap", "interrupted": "interrupted"}
+# The deny kinds (and the rules that warn) in the order the console lists them: the loops caught, the
+# budget spent, the operator's stop. A kind this console does not know comes after them.
+KIND_ORDER = ("duplicate", "repeat", "cycle", "stall", "cap", "interrupted")
+
+# An agent's status word, or a deny kind (shown as it is: one word per idea) -> its colour role.
+_STATUS_ROLE = {
+    "ok": "ok",
+    "warned": "warn",
+    "duplicate": "trip",
+    "repeat": "trip",
+    "cycle": "trip",
+    "stall": "trip",
+    "cap": "cap",
+    "interrupted": "interrupted",
+}
 
 
 def kind_color(word: str, colors: Mapping[str, str]) -> str:
-    """The colour of a status or deny kind (one this console does not know is muted)."""
-    return colors[_STATUS_ROLE.get(word, "muted")]
+    """The colour of a status or deny kind. A word this console does not know is a newer guard's deny kind
+    (a status is `ok`, `warned` or a deny kind): a loop caught."""
+    return colors[_STATUS_ROLE.get(word, "trip")]
 
 
-def status_text(status: str, colors: Mapping[str, str]) -> Text:
-    """`ok`, or the kind of deny the agent's next call meets: `duplicate`, `cap`, `interrupted`."""
+def by_kind(counts: Mapping[str, int]) -> list[tuple[str, int]]:
+    """The non-zero counts of a `denies` or `warns` mapping, in KIND_ORDER (unknown kinds after, by name)."""
+    rank = {kind: i for i, kind in enumerate(KIND_ORDER)}
+    return sorted(((k, n) for k, n in counts.items() if n), key=lambda kv: (rank.get(kv[0], len(rank)), kv[0]))
+
+
+def status_text(status: str, rule: str, colors: Mapping[str, str]) -> Text:
+    """`ok`; `warned · <rule>` (its last call was allowed with that rule's warning); or the kind of deny
+    its next call meets: `duplicate`, `repeat`, `cycle`, `cap`, `interrupted`."""
     color = kind_color(status, colors)
-    return plain(status, style=f"bold {color}" if status != "ok" else color)
+    if status == "ok":
+        return plain(status, style=color)
+    text = plain(status, style=f"bold {color}")
+    if status == "warned" and rule:
+        text.append(" · ", style=color)
+        text.append_text(plain(rule, style=color))
+    return text

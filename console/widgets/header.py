@@ -1,4 +1,4 @@
-"""The guard's state at a glance: status, socket, harnesses, checks/s, trips and denies, the config in force."""
+"""The guard at a glance: status, socket, harnesses, checks/s, trips, denies and warnings, the config in force."""
 
 from __future__ import annotations
 
@@ -7,17 +7,28 @@ from collections.abc import Mapping
 from rich.text import Text
 from textual.widgets import Static
 
+from breaker.config import KEYS, SETTINGS
 from breaker.protocol import GuardStats
 from console.state import ConsoleState
-from console.widgets.cells import plain
+from console.widgets.cells import by_kind, plain
 
 __all__ = ["GuardHeader"]
+
+# The limits of the rules beyond the seed's duplicate rule (repeatLimit, cycleLimit, …): 0 = off.
+_OTHER_LIMITS = tuple(
+    s.key for s in SETTINGS if s.kind == "int" and s.key.endswith("Limit") and s.key != "duplicateLimit"
+)
+
+# (the harnesses' names, the checks' total, the denies' split by kind) in the counts line, fullest first.
+_NARROWER = ((True, True, True), (True, True, False), (True, False, False), (False, False, False))
 
 
 class GuardHeader(Static):
     DEFAULT_CSS = """
     GuardHeader { height: 3; padding: 0 1; background: $panel; text-wrap: nowrap; text-overflow: ellipsis; }
     """
+
+    _shown: tuple[ConsoleState, Mapping[str, str], bool, bool] | None = None  # what show() was last given
 
     def show(self, state: ConsoleState, colors: Mapping[str, str], readonly: bool, frozen: bool) -> None:
         stats, config = state.stats or GuardStats(), state.config
@@ -44,36 +55,12 @@ class GuardHeader(Static):
         line.append("   socket ", style=colors["muted"])
         line.append_text(plain(stats.socket))
 
-        line2 = Text(no_wrap=True, overflow="ellipsis")
-        harnesses = stats.harnesses
-        line2.append("harnesses ", style=colors["muted"])
-        if harnesses:
-            for i, (name, n) in enumerate(sorted(harnesses.items())):
-                if i:
-                    line2.append(", ")
-                line2.append_text(plain(name))
-                line2.append(f" {n}")
-        else:
-            line2.append("none", style="dim")
-        line2.append("   agents ", style=colors["muted"])
-        line2.append(str(len(state.agents)))
-        line2.append("   ")
-        line2.append(f"{state.checks_per_s:,.0f} checks/s", style="bold")
-        line2.append("   checks ", style=colors["muted"])
-        line2.append(f"{stats.checks:,}")
-        # Two numbers, two words: a trip is an agent's first deny of a kind (the trips list); denies
-        # counts every denied call, by kind.
-        line2.append("   trips ", style=colors["muted"])
-        line2.append(str(state.trips_seen), style=f"bold {colors['trip']}" if state.trips_seen else "")
-        line2.append("   denies ", style=colors["muted"])
-        line2.append(f"{sum(stats.denies.values()):,}")
-        if stats.denies:
-            line2.append(" (", style=colors["muted"])
-            for i, (kind, count) in enumerate(stats.denies.items()):
-                line2.append(" · " if i else "", style=colors["muted"])
-                line2.append_text(plain(kind, style=colors["muted"]))
-                line2.append(f" {count:,}", style=colors["muted"])
-            line2.append(")", style=colors["muted"])
+        # The counts line, fullest first, each variant narrower: the first that fits the width is shown.
+        width = self.content_size.width
+        for harness_list, total, split in _NARROWER:
+            line2 = self._counts(state, stats, colors, harness_list=harness_list, total=total, split=split)
+            if not width or line2.cell_len <= width:
+                break
 
         line3 = Text(no_wrap=True, overflow="ellipsis")
         settings = state.settings
@@ -84,7 +71,14 @@ class GuardHeader(Static):
             line3.append("config ", style=colors["muted"])
             if not settings.enabled or config.disabled:
                 line3.append("GUARD DISABLED ", style=f"bold {colors['trip']}")
+            line3.append("preset ", style=colors["muted"])
+            line3.append(settings.preset)
+            line3.append(" · ", style=colors["muted"])
             line3.append(f"duplicateLimit {settings.duplicate_limit}", style="bold")
+            for key in _OTHER_LIMITS:  # the rules beyond the seed's, when they are on
+                value = getattr(settings, KEYS[key])
+                if value:
+                    line3.append(f" · {key} {value}", style="bold")
             line3.append(f" · window {settings.window}")
             line3.append(f" · maxCallsPerAgent {settings.max_calls_per_agent or 'off'}")
             line3.append(" · exempt ", style=colors["muted"])
@@ -92,6 +86,9 @@ class GuardHeader(Static):
             if settings.only:
                 line3.append(" · only ", style=colors["muted"])
                 line3.append_text(plain(", ".join(settings.only)))
+            if settings.tools:
+                line3.append(" · tools ", style=colors["muted"])
+                line3.append_text(plain(", ".join(tool for tool, _ in settings.tools)))
         elif state.settings_error:
             line3.append("config: the guard's values do not read here: ", style=f"bold {colors['trip']}")
             line3.append_text(plain(state.settings_error, style=colors["trip"]))
@@ -99,4 +96,60 @@ class GuardHeader(Static):
             line3.append("config: waiting for the guard", style="dim")
         text = Text("\n").join([line, line2, line3])
         text.no_wrap, text.overflow = True, "ellipsis"
+        self._shown = (state, colors, readonly, frozen)
         self.update(text)
+
+    def on_resize(self) -> None:
+        # The counts line is fitted to the width: fit it again now rather than at the next redraw.
+        if self._shown is not None:
+            self.show(*self._shown)
+
+    @staticmethod
+    def _counts(
+        state: ConsoleState,
+        stats: GuardStats,
+        colors: Mapping[str, str],
+        *,
+        harness_list: bool,
+        total: bool,
+        split: bool,
+    ) -> Text:
+        """The second line: harnesses, agents, checks, trips, denies and warnings. Narrower variants leave
+        out the denies' split by kind, then the checks' total, then the harnesses' names."""
+        line = Text(no_wrap=True, overflow="ellipsis")
+        harnesses = stats.harnesses
+        line.append("harnesses ", style=colors["muted"])
+        if not harnesses:
+            line.append("none", style="dim")
+        elif not harness_list:
+            line.append(str(sum(harnesses.values())))
+        else:
+            for i, (name, n) in enumerate(sorted(harnesses.items())):
+                if i:
+                    line.append(", ")
+                line.append_text(plain(name))
+                line.append(f" {n}")
+        line.append("   agents ", style=colors["muted"])
+        line.append(str(len(state.agents)))
+        line.append("   ")
+        line.append(f"{state.checks_per_s:,.0f} checks/s", style="bold")
+        if total:
+            line.append("   checks ", style=colors["muted"])
+            line.append(f"{stats.checks:,}")
+        # Three numbers, three words: a trip is an agent's first deny of a kind (the trips list); denies
+        # counts every denied call, by kind; warnings counts the calls allowed with a warning.
+        line.append("   trips ", style=colors["muted"])
+        line.append(str(state.trips_seen), style=f"bold {colors['trip']}" if state.trips_seen else "")
+        line.append("   denies ", style=colors["muted"])
+        line.append(f"{sum(stats.denies.values()):,}")
+        shown = by_kind(stats.denies)
+        if split and shown:
+            line.append(" (", style=colors["muted"])
+            for i, (kind, count) in enumerate(shown):
+                line.append(" · " if i else "", style=colors["muted"])
+                line.append_text(plain(kind, style=colors["muted"]))
+                line.append(f" {count:,}", style=colors["muted"])
+            line.append(")", style=colors["muted"])
+        line.append("   warnings ", style=colors["muted"])
+        line.append(f"{stats.warnings:,}", style=f"bold {colors['warn']}" if stats.warnings else "")
+        return line

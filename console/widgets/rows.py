@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable, Sequence
 
 from rich.text import Text
+from textual.coordinate import Coordinate
 from textual.widgets import DataTable
 from textual.widgets.data_table import CellDoesNotExist, ColumnKey, RowDoesNotExist, RowKey
 
@@ -129,7 +130,7 @@ class KeyedTable(DataTable):
         if not self.row_count:
             return None
         try:
-            return self.coordinate_to_cell_key((self.cursor_row, 0)).row_key.value
+            return self.coordinate_to_cell_key(Coordinate(self.cursor_row, 0)).row_key.value
         except CellDoesNotExist:
             return None
 
