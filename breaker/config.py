@@ -651,6 +651,13 @@ class Config:
             out[setting.key] = _plain(setting, value)
         return out
 
+    def updated(self, changes: Mapping[str, Any]) -> Config:
+        """This config with `changes` (camelCase keys, as an operator sends them) applied; ConfigError if
+        a value is bad. A change of `preset` moves every key still at the old preset's value to the new
+        preset's; a key set apart from its preset keeps its value."""
+        base = self.to_mapping(only_changed="preset" in changes)
+        return type(self).from_mapping({**base, **changes})
+
     def replace(self, **changes: Any) -> Config:
         """A copy with some attributes changed (validated like any Config)."""
         current = {s.attr: getattr(self, s.attr) for s in SETTINGS}

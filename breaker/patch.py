@@ -572,6 +572,8 @@ def _render(value: Any) -> str:
         return value if _PLAIN.match(value) and value.lower() not in _RESERVED else _quote(value)
     if isinstance(value, (list, tuple)):
         return "[" + ", ".join(_render(v) for v in value) + "]"
+    if isinstance(value, Mapping):  # per-tool overrides: tool names quoted as any string is
+        return "{" + ", ".join(f"{_render(k)}: {_render(v)}" for k, v in value.items()) + "}"
     raise TypeError(f"cannot write {type(value).__name__} into a patch file")
 
 

@@ -177,7 +177,7 @@ def write_changes(sources: PatchSources, changes: dict[str, object]) -> tuple[Lo
         target = load(sources).write_target()
         base = read_text(target)
         current = load(sources)  # read after `base`: a change in between is caught by the write
-        new = Config.from_mapping({**current.config.to_mapping(), **changes})
+        new = current.config.updated(changes)
         try:
             write_config(target, new, based_on=NO_FILE if base is None else base)
         except PatchConflict:

@@ -425,7 +425,7 @@ class GuardServer:
         async with self._config_lock:
             if self.watcher is None or self.sources is None:
                 try:
-                    new = Config.from_mapping({**self.guard.config.to_mapping(), **changes})
+                    new = self.guard.config.updated(changes)
                 except ConfigError as exc:
                     return _bad_config(exc)
                 self._apply(new)

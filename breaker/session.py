@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from breaker import __version__
-from breaker.config import PATCH_ONLY_KEYS, Config, ConfigError
+from breaker.config import PATCH_ONLY_KEYS, ConfigError
 from breaker.engine import AgentState, AgentView, Guard
 from breaker.protocol import (
     ALLOW_FRAME_TAIL,
@@ -591,7 +591,7 @@ class ServerSession:
                 "never over a socket",
             ).encode(req.id)
         try:  # every problem with the values themselves, at once (the job merges them with the file)
-            Config.from_mapping({**self.guard.config.to_mapping(), **req.changes})
+            self.guard.config.updated(req.changes)
         except ConfigError as exc:
             problems = [{"key": p.key, "expected": p.expected, "found": p.found} for p in exc.problems]
             return ErrorReply("bad_config", str(exc), problems).encode(req.id)

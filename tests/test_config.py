@@ -357,3 +357,22 @@ def test_every_bad_per_tool_override_is_named_at_once():
     with pytest.raises(ConfigError) as info:
         Config.from_mapping({"tools": {"bash": {"repeatLimit": -1, "nope": 1}, "grep": {"maxCalls": None}}})
     assert info.value.keys == ["tools.bash.repeatLimit", "tools.bash.nope", "tools.grep.maxCalls"]
+
+
+def test_an_operators_change_of_preset_moves_the_keys_that_followed_the_old_one():
+    c = Config.from_mapping({"duplicateLimit": 9, "repeatLimit": 0})  # seed; duplicateLimit set apart from it
+    new = c.updated({"preset": "recommended"})
+    assert new.preset == "recommended" and new.duplicate_limit == 9  # set apart: kept
+    assert new.repeat_limit == PRESETS["recommended"]["repeatLimit"]  # followed seed's 0: now the new preset's
+    assert new.to_mapping(only_changed=True) == {"preset": "recommended", "duplicateLimit": 9}
+    back = new.updated({"preset": "seed"})
+    assert back == Config(duplicate_limit=9)
+
+
+def test_an_operators_change_without_a_preset_keeps_every_key_in_force():
+    c = Config.from_mapping({"preset": "recommended", "repeatLimit": 5})
+    new = c.updated({"window": 50})
+    assert new.preset == "recommended" and new.repeat_limit == 5 and new.window == 50
+    assert new.stall_limit == PRESETS["recommended"]["stallLimit"]
+    with pytest.raises(ConfigError, match="window"):
+        c.updated({"window": -1})

@@ -424,6 +424,20 @@ def test_write_into_a_flow_style_config_and_a_flow_style_row(tmp_path):
     assert g.read_text() == "- {id: circuit-breaker, name: x, config: {window: 10}}  # flow row\n"
 
 
+def test_write_puts_per_tool_overrides_as_a_flow_mapping_that_reads_back(tmp_path):
+    f = tmp_path / "a.yml"
+    odd = 'mcp: "x"#{y}'  # a tool name YAML would misread unquoted
+    tools = {"bash": {"repeatLimit": 2, "progress": True}, odd: {"maxCalls": 5}}
+    write_config(f, Config.from_mapping({"tools": tools, "preset": "recommended"}))
+    text = f.read_text()
+    assert "tools: {bash: {repeatLimit: 2, progress: true}, " in text and "preset: recommended" in text
+    assert load(PatchSources(patches=(f,))).config.to_mapping()["tools"] == tools
+    write_config(f, Config.from_mapping({"tools": {"bash": {"repeatLimit": 3}}}))  # an edit of the key in place
+    assert load(PatchSources(patches=(f,))).config.to_mapping(only_changed=True) == {
+        "tools": {"bash": {"repeatLimit": 3}}
+    }
+
+
 def test_write_replaces_a_null_config(tmp_path):
     f = put(tmp_path / "a.yml", "- id: circuit-breaker\n  config:\n- id: next\n")
     write_config(f, Config(window=10))
