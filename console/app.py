@@ -15,18 +15,35 @@ from rich.text import Text
 from textual.app import App, SystemCommand
 from textual.binding import Binding
 from textual.screen import Screen
+from textual.widgets import DataTable
 
+from console.keymap import keymap_path, load_keymap
+from console.screens.config import ConfigScreen
 from console.screens.confirm import Choice, ConfirmScreen
+from console.screens.help import HelpScreen
 from console.screens.main import MainScreen
 from console.session import GuardSession, OnQuit
 from console.state import ConsoleState
 from console.themes import THEME_VARIABLES, load_themes
 
-__all__ = ["CBConsole"]
+__all__ = ["CBConsole", "keymap_scopes"]
 
 # The terminal closed (SIGHUP: tmux kill-session, a dropped SSH session) or the console was told to end:
 # the quit policy applies without asking, as there may be no one left to ask.
 ENDING_SIGNALS = (signal.SIGHUP, signal.SIGTERM)
+
+
+def keymap_scopes() -> dict[str, list[Binding]]:
+    """The bindings in force together, by screen: the user's keymap may not give one of them another's key.
+    The app's keys are in force on every screen, and on the main screen the tables' own keys come first."""
+    app = [b for b in CBConsole.BINDINGS if isinstance(b, Binding)]
+    screens: dict[str, list[Binding]] = {
+        "main": [*MainScreen.BINDINGS, *DataTable.BINDINGS],  # type: ignore[list-item]
+        "config": list(ConfigScreen.BINDINGS),  # type: ignore[arg-type]
+        "confirm": list(ConfirmScreen.BINDINGS),  # type: ignore[arg-type]
+        "help": list(HelpScreen.BINDINGS),  # type: ignore[arg-type]
+    }
+    return {name: [b for b in (*bindings, *app) if isinstance(b, Binding)] for name, bindings in screens.items()}
 
 
 class CBConsole(App[int]):
@@ -36,7 +53,7 @@ class CBConsole(App[int]):
     CSS_PATH = "console.tcss"
     TITLE = "cbconsole"
     ENABLE_COMMAND_PALETTE = True
-    BINDINGS = [Binding("ctrl+q", "quit", "Quit", id="quit2", show=False, tooltip="Quit")]
+    BINDINGS = [Binding("ctrl+q", "quit", "Quit", id="app.quit", show=False, tooltip="Quit")]
 
     def __init__(
         self,
@@ -53,6 +70,7 @@ class CBConsole(App[int]):
         self.state = ConsoleState(clock=clock)
         self.main = MainScreen(self.state, session, readonly=readonly, clock=clock)
         self.theme_errors: list[str] = []
+        self.keymap_errors: list[str] = []
         self._ending: asyncio.Task[None] | None = None
 
     def get_default_screen(self) -> MainScreen:
@@ -69,6 +87,7 @@ class CBConsole(App[int]):
         if loaded.errors:
             self.tell("\n".join(loaded.errors), title="Some themes could not be loaded", severity="warning", timeout=15)
         self.set_theme_by_name(self.requested_theme or "dark")
+        self.apply_keymap()
         loop = asyncio.get_running_loop()
         for sig in ENDING_SIGNALS:
             loop.add_signal_handler(sig, self._on_ending_signal, sig)
@@ -77,6 +96,15 @@ class CBConsole(App[int]):
     def on_unmount(self) -> None:
         for sig in ENDING_SIGNALS:
             asyncio.get_running_loop().remove_signal_handler(sig)
+
+    def apply_keymap(self) -> None:
+        """The user's keymap, its good entries applied and its errors in one notice."""
+        keymap = load_keymap(keymap_path(), keymap_scopes())
+        self.keymap_errors = keymap.errors
+        if keymap.keys:
+            self.set_keymap(keymap.keys)
+        if keymap.errors:
+            self.tell("\n".join(keymap.errors), title="Some keys were not applied", severity="warning", timeout=20)
 
     def tell(
         self, message: str, *, title: str = "", severity: str = "information", timeout: float | None = None

@@ -63,8 +63,23 @@ def _headless_args(argv: list[str]) -> list[str]:
     return [a for a in argv if a != "--headless"]
 
 
+def _unknown_theme(name: str) -> str | None:
+    """Why `--theme name` names no theme (what there is, where a user's own go), or None if it does."""
+    from console.themes import load_themes, user_theme_dir
+
+    loaded = load_themes()
+    if loaded.find(name):
+        return None
+    broken = "".join(f"\n  {e}" for e in loaded.errors)
+    return (
+        f"no theme {name!r}; available: {', '.join(loaded.short_names())}"
+        f" (your own go in {user_theme_dir()}/NAME.yaml)" + (f"; these could not be loaded:{broken}" if broken else "")
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = parser().parse_args(argv)
+    p = parser()
+    args = p.parse_args(argv)
     socket_path = Path(args.socket).expanduser() if args.socket else default_socket_path()
     if args.headless:
         from breaker.headless import main as headless
@@ -79,6 +94,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.speed < 0:
         print("cbconsole: --speed must be 0 (as fast as possible) or more", file=sys.stderr)
         return 2
+    if args.theme is not None and (error := _unknown_theme(args.theme)):
+        p.error(error)  # before the screen starts: the message stays readable, and the exit status says it
     from console.app import CBConsole  # Textual is imported only for the screen
     from console.session import AttachedGuard, DemoGuard, GuardOptions, GuardSession, OwnGuard, ReplayGuard
 

@@ -1,9 +1,12 @@
-"""Themes as data files: `themes/*.yaml` (and the user's own) turned into Textual themes, every error reported."""
+"""Themes as data files: the shipped ones (`themes/*.yaml`, installed as the package `console.shipped_themes`)
+and the user's own, turned into Textual themes, every error reported."""
 
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
+from importlib.resources import files
+from importlib.resources.abc import Traversable
 from pathlib import Path
 from typing import Any
 
@@ -11,7 +14,7 @@ import yaml
 from textual.color import Color, ColorParseError
 from textual.theme import Theme
 
-__all__ = ["THEME_VARIABLES", "ThemeLoad", "load_themes", "theme_dirs"]
+__all__ = ["THEME_VARIABLES", "ThemeLoad", "load_themes", "theme_dirs", "user_theme_dir"]
 
 # The console's own colour roles; every theme must give them (the dark theme's values are the fallback).
 THEME_VARIABLES = {
@@ -39,16 +42,32 @@ _COLOR_FIELDS = (
 _KNOWN = {"name", "dark", "variables", "luminosity_spread", "text_alpha", *_COLOR_FIELDS}
 
 
+# The console's own themes are named `cbconsole-<short>`; the operator says the short name.
+PREFIX = "cbconsole-"
+
+
 @dataclass
 class ThemeLoad:
     themes: dict[str, Theme] = field(default_factory=dict)  # by name, in load order
     errors: list[str] = field(default_factory=list)
 
+    def find(self, name: str) -> str | None:
+        """The loaded theme `name` stands for (`light` is `cbconsole-light`), or None."""
+        return next((n for n in (name, PREFIX + name) if n in self.themes), None)
 
-def theme_dirs() -> list[Path]:
-    """The shipped themes, then the user's (`$XDG_CONFIG_HOME/cbconsole/themes`), which may override them."""
-    config = Path(os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config")
-    return [Path(__file__).resolve().parents[1] / "themes", config / "cbconsole" / "themes"]
+    def short_names(self) -> list[str]:
+        """Every loaded theme as the operator would name it, sorted."""
+        return sorted(n.removeprefix(PREFIX) for n in self.themes)
+
+
+def user_theme_dir() -> Path:
+    """`$XDG_CONFIG_HOME/cbconsole/themes`: the user's own themes, which may override the shipped ones."""
+    return Path(os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config") / "cbconsole" / "themes"
+
+
+def theme_dirs() -> list[Traversable]:
+    """The shipped themes (package data, so an installed console has them too), then the user's."""
+    return [files("console.shipped_themes"), user_theme_dir()]
 
 
 def _color(value: Any, where: str, errors: list[str]) -> str | None:
@@ -101,13 +120,13 @@ def parse_theme(data: Any, source: str) -> tuple[Theme | None, list[str]]:
     return theme, []
 
 
-def load_themes(dirs: list[Path] | None = None) -> ThemeLoad:
+def load_themes(dirs: list[Traversable] | None = None) -> ThemeLoad:
     """Every `*.yaml` theme in `dirs`; a broken one is skipped and its errors reported (all of them)."""
     result = ThemeLoad()
     for directory in dirs if dirs is not None else theme_dirs():
         if not directory.is_dir():
             continue
-        for path in sorted(directory.glob("*.yaml")):
+        for path in sorted((p for p in directory.iterdir() if p.name.endswith(".yaml")), key=lambda p: p.name):
             try:
                 data = yaml.safe_load(path.read_text(encoding="utf-8"))
             except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:

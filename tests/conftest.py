@@ -241,5 +241,7 @@ def tmux() -> Iterator[Tmux]:
 
 @pytest.fixture(autouse=True)
 def _private_state_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
-    """No test writes a guard's state file (or a console's guard log) into the real $XDG_STATE_HOME."""
+    """No test writes a guard's state file (or a console's guard log) into the real $XDG_STATE_HOME, and no
+    console reads the user's keymap or themes from the real $XDG_CONFIG_HOME."""
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path_factory.mktemp("xdg-state")))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path_factory.mktemp("xdg-config")))

@@ -9,6 +9,7 @@ before committing them.
 
 from __future__ import annotations
 
+import inspect
 import os
 import time
 from collections import deque
@@ -16,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from textual.widgets import Select, TextArea
+from textual.widgets import DataTable, Select, TextArea
 
 from breaker.config import PRESETS
 from breaker.protocol import StateFrame
@@ -24,7 +25,7 @@ from console.app import CBConsole
 from console.screens.config import ConfigScreen
 from console.session import GuardSession
 from console.state import RATE_SLOTS, ConsoleState
-from console.widgets.agents import AGENT_WIDTH, TOOL_WIDTH, AgentsTable
+from console.widgets.agents import AGENT_WIDTH, TOOL_WIDTH, AgentsTable, resizable
 from console.widgets.cells import clip
 from console.widgets.detail import AgentDetail
 from console.widgets.header import GuardHeader
@@ -439,16 +440,30 @@ def test_main_screen_snapshot(snap_compare, theme, state):
     assert snap_compare(app, terminal_size=SIZE, run_before=run_before)
 
 
-def test_narrow_terminal_snapshot(snap_compare):
-    """80 × 24: each agent's id, status, calls and gauges in view; the header's counts fitted to the width."""
+# Enough agents to fill a tall table: the rows a size shows, and the vertical scrollbar's two cells.
+CROWDED = {
+    **STATES["warned-then-denied"],
+    "agents": [
+        *STATES["warned-then-denied"]["agents"],
+        *(agent(f"session-demo-worker-{i:02}", 3 + i, 1, "ok", "read", age=1.0 + i) for i in range(25)),
+    ],
+}
+TERMINAL_SIZES = [(80, 24), (120, 40), (200, 50)]
+
+
+@pytest.mark.parametrize("size", TERMINAL_SIZES, ids=[f"{w}x{h}" for w, h in TERMINAL_SIZES])
+def test_terminal_size_snapshot(snap_compare, size):
+    """Each agent's id, status and worst repeat in view at any size, without scrolling sideways; the other
+    columns by priority as the width allows (the detail line shows the hidden ones); at 24 rows the agents
+    table takes the height the top repeated calls and the trips give up."""
     app = make_app("dark")
 
     async def run_before(pilot) -> None:
         await mounted(pilot)
-        inject(app, frame(STATES["warned-then-denied"]), RATES)
+        inject(app, frame(CROWDED), RATES)
         await pilot.pause()
 
-    assert snap_compare(app, terminal_size=(80, 24), run_before=run_before)
+    assert snap_compare(app, terminal_size=size, run_before=run_before)
 
 
 def test_config_form_after_choosing_a_preset_snapshot(snap_compare):
@@ -542,6 +557,112 @@ async def test_the_header_fits_its_counts_to_the_width_dropping_the_least_needed
         counts = str(app.query_one(GuardHeader).content).splitlines()[1]
         assert counts.startswith("harnesses claude-code 1, dsh 4   agents 5   47 checks/s   checks 180")
         assert counts.endswith("denies 6 (repeat 4 · cycle 2)   warnings 5")
+
+
+# -- every terminal size -----------------------------------------------------------------------------
+
+ALL_COLUMNS = tuple(key for key, _label, _width in AgentsTable.COLUMNS)
+SHOWN_AT = {  # terminal width -> the agents table's columns (5 agents: no vertical scrollbar)
+    80: ("mark", "agent", "status", "calls", "worst", "cap"),
+    120: ("mark", "agent", "status", "calls", "worst", "cap", "window", "tool", "age"),
+    200: ALL_COLUMNS,
+}
+
+
+def no_sideways_scroll(table: AgentsTable) -> bool:
+    return table.virtual_size.width <= table.scrollable_content_region.width and table.max_scroll_x == 0
+
+
+async def test_the_agents_table_drops_columns_by_priority_as_the_terminal_narrows_and_restores_them():
+    app = make_app("dark")
+    async with app.run_test(size=(200, 50)) as pilot:
+        inject(app, frame(STATES["capped-and-interrupted"]), RATES)
+        await pilot.pause()
+        table = app.query_one(AgentsTable)
+        before = {name: [c.plain for c in table.get_row(name)] for name in app.state.agents}
+        for width in (80, 120, 200, 120, 80, 200):
+            await pilot.resize_terminal(width, 40)
+            await pilot.pause()
+            assert table.shown == SHOWN_AT[width], width
+            assert {"agent", "status", "worst"} <= set(table.shown)
+            assert table.hidden == set(ALL_COLUMNS) - set(SHOWN_AT[width])
+            assert no_sideways_scroll(table), width
+            header = [c.label.plain for c in table.ordered_columns]
+            assert header[:4] == [" ", "agent", "status", "calls"], width  # the columns keep their order
+        # Back at full width: every cell is what it was, taken from the table's own cells, not re-rendered.
+        assert {name: [c.plain for c in table.get_row(name)] for name in app.state.agents} == before
+        assert table.get_cell("session-demo-pager", "cap").plain == "150/150"
+
+
+async def test_a_resize_renders_no_row_and_a_narrow_table_cuts_ids_keeping_both_ends(monkeypatch):
+    app = make_app("dark")
+    async with app.run_test(size=(200, 50)) as pilot:
+        inject(app, frame(STATES["looping"]), RATES)
+        await pilot.pause()
+        table = app.query_one(AgentsTable)
+        rendered: list[str] = []
+        real = AgentsTable.render_row
+        monkeypatch.setattr(
+            AgentsTable, "render_row", lambda self, a, *rest: rendered.append(a.id) or real(self, a, *rest)
+        )
+        for width in (120, 80, 68, 200):
+            await pilot.resize_terminal(width, 40)
+            await pilot.pause()
+            if width == 68:  # the always-shown columns and cap, with the id cut to what is left
+                assert table.shown == ("mark", "agent", "status", "worst", "cap")
+                assert table.agent_width == 19
+                subagent = table.get_cell("3f2a9c1e-demo-subagent", "agent").plain
+                assert subagent == clip("3f2a9c1e-demo-subagent", 19) == "3f2a9c1e-dem…bagent"
+                assert no_sideways_scroll(table)
+        assert rendered == []
+        assert table.get_cell("3f2a9c1e-demo-subagent", "agent").plain == "3f2a9c1e-demo-subagent"
+
+
+async def test_the_detail_line_shows_the_columns_the_table_hides():
+    app = make_app("dark")
+    async with app.run_test(size=(200, 50)) as pilot:
+        inject(app, frame(STATES["capped-and-interrupted"]), RATES)
+        await pilot.pause()
+        table = app.query_one(AgentsTable)
+        table.move_cursor(row=table.get_row_index("session-demo-healthy"))
+        await pilot.pause()
+        detail = app.query_one(AgentDetail)
+        assert len(str(detail.content).splitlines()) == 2  # nothing hidden
+        await pilot.resize_terminal(80, 24)
+        await pilot.pause()
+        lines = str(detail.content).splitlines()
+        assert lines[0] == "session-demo-healthy  via dsh"  # harness and parent: the first line, always
+        assert lines[2].startswith("window 77/200   last tool bash   age <1s   calls/s ")
+        await pilot.resize_terminal(60, 24)  # no room for cap: the calls against the cap move here
+        await pilot.pause()
+        assert str(detail.content).splitlines()[2].startswith("calls 77/150   window 77/200")
+
+
+@pytest.mark.parametrize(
+    ("height", "screen_class", "bottom"), [(16, "-tiny", 0), (24, "-short", 6), (40, "-tall", 13), (50, "-tall", 13)]
+)
+async def test_a_short_terminal_gives_the_agents_table_the_height_of_the_bottom_panels(height, screen_class, bottom):
+    app = make_app("dark")
+    async with app.run_test(size=(80, height)) as pilot:
+        inject(app, frame(CROWDED), RATES)
+        await pilot.pause()
+        screen, table = app.main, app.query_one(AgentsTable)
+        assert screen.has_class(screen_class)
+        panels = screen.query_one("#bottom")
+        assert (panels.outer_size.height if panels.display else 0) == bottom
+        assert app.query_one(AgentDetail).outer_size.height == 3  # the detail lines stay (with the hidden columns)
+        assert table.outer_size.height > height // 3
+        if height == 24:
+            assert table.outer_size.height == 10  # the column names and nine agents
+        assert no_sideways_scroll(table)
+
+
+def test_datatable_still_keeps_the_internals_a_column_change_uses():
+    """Fails on a Textual whose DataTable changed what `add_column` measures or how it re-derives its
+    scrollable size: read the new code and bring `AgentsTable.fit` in line."""
+    assert "self._updated_cells.add(CellKey(row_key, column_key))" in inspect.getsource(DataTable.add_column)
+    assert "self._require_update_dimensions" in inspect.getsource(DataTable._on_idle)
+    assert resizable(DataTable())
 
 
 # -- untrusted strings are never markup -------------------------------------------------------------

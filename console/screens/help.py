@@ -45,8 +45,13 @@ class HelpScreen(ModalScreen[None]):
         with VerticalScroll():
             yield Static(Text(ABOUT))
             yield Static(table)
+            close = ", ".join(k for k, active in self.active_bindings.items() if active.binding.id == "help.close")
             yield Static(
-                Text("\nEvery action is also in the command palette (ctrl+p). Escape closes this.", style="dim")
+                Text(
+                    f"\nEvery action is also in the command palette (ctrl+p). {close or 'escape'} closes this.",
+                    style="dim",
+                ),
+                id="help-close",
             )
 
     def action_close(self) -> None:

@@ -34,6 +34,8 @@ T = TypeVar("T")
 FLUSH_HZ = 10
 MUTATING = frozenset({"interrupt", "uninterrupt", "reset", "pause_guard", "edit_config", "exempt"})
 INTERRUPT_REASON = "interrupted by the operator from cbconsole"
+SHORT = 20  # rows from which the top repeated calls and the trips show, a few rows each
+TALL = 32  # rows from which they get their full height
 
 
 def _op(method: Callable[..., Awaitable[T]], *args: Any) -> Callable[[GuardLink], Awaitable[T]]:
@@ -45,40 +47,55 @@ class MainScreen(Screen[None]):
     """One screen over the console's state. State frames land in `ConsoleState` as they come; this
     screen draws from it at FLUSH_HZ, only when it changed, never while frozen or under a dialog."""
 
+    # The screen's height class (console.tcss): short terminals give the agents table the room the top
+    # repeated calls and the trips take on a tall one. The width is the agents table's own (`fit`).
+    VERTICAL_BREAKPOINTS = [(0, "-tiny"), (SHORT, "-short"), (TALL, "-tall")]
+
     BINDINGS = [
         Binding(
             "i",
             "interrupt",
             "Interrupt",
-            id="interrupt",
+            id="main.interrupt",
             tooltip="Stop the selected (or marked) agents, after confirming",
         ),
         Binding(
             "e",
             "edit_config",
             "Config",
-            id="edit_config",
+            id="main.edit_config",
             tooltip="Edit every setting; saved to the patch layer, applied live",
         ),
-        Binding("x", "exempt", "Exempt", id="exempt", tooltip="Exempt (or un-exempt) the selected key's tool"),
+        Binding("x", "exempt", "Exempt", id="main.exempt", tooltip="Exempt (or un-exempt) the selected key's tool"),
         Binding(
             "p",
             "pause_guard",
             "Pause guard",
-            id="pause_guard",
+            id="main.pause_guard",
             tooltip="Pause or resume the guard (paused: every call allowed)",
         ),
-        Binding("slash", "filter", "Filter", id="filter", tooltip="Filter agents by id, harness or tool"),
-        Binding("question_mark", "help", "Help", id="help", tooltip="What the screen shows, and every key"),
+        Binding("slash", "filter", "Filter", id="main.filter", tooltip="Filter agents by id, harness or tool"),
+        Binding("question_mark", "help", "Help", id="main.help", tooltip="What the screen shows, and every key"),
         # On this screen only: a dialog's own keys come first, and `q` there never opens a second dialog.
-        Binding("q", "app.quit", "Quit", id="quit", tooltip="Quit (asks before stopping a guard that harnesses use)"),
-        Binding("r", "reset", "Reset", id="reset", show=False, tooltip="Clear the selected (or marked) agents' counts"),
-        Binding("u", "uninterrupt", "Uninterrupt", id="uninterrupt", show=False, tooltip="Lift an interrupt"),
         Binding(
-            "space", "mark", "Mark", id="mark", show=False, tooltip="Mark or unmark the selected agent (act on several)"
+            "q", "app.quit", "Quit", id="main.quit", tooltip="Quit (asks before stopping a guard that harnesses use)"
         ),
-        Binding("z", "freeze", "Freeze", id="freeze", show=False, tooltip="Pause or resume screen updates"),
-        Binding("escape", "clear_filter", "Clear filter", id="clear_filter", show=False, tooltip="Clear the filter"),
+        Binding(
+            "r", "reset", "Reset", id="main.reset", show=False, tooltip="Clear the selected (or marked) agents' counts"
+        ),
+        Binding("u", "uninterrupt", "Uninterrupt", id="main.uninterrupt", show=False, tooltip="Lift an interrupt"),
+        Binding(
+            "space",
+            "mark",
+            "Mark",
+            id="main.mark",
+            show=False,
+            tooltip="Mark or unmark the selected agent (act on several)",
+        ),
+        Binding("z", "freeze", "Freeze", id="main.freeze", show=False, tooltip="Pause or resume screen updates"),
+        Binding(
+            "escape", "clear_filter", "Clear filter", id="main.clear_filter", show=False, tooltip="Clear the filter"
+        ),
     ]
 
     def __init__(
@@ -159,7 +176,7 @@ class MainScreen(Screen[None]):
         with self.app.batch_update():
             self.header.show(state, colors, self.readonly, self.frozen)
             table.reconcile(agents, now, state.marked, colors)
-            self.detail.show(state.agents.get(table.selected or ""), len(state.marked), colors)
+            self.show_detail(table.selected, colors, now)
             limit_of = {a.id: a.data.duplicate_limit for a in state.agents.values()}
             self.keys_table.show(state.top_keys, limit_of, state.exempt, colors)
             trips = self.trips_table
@@ -171,6 +188,11 @@ class MainScreen(Screen[None]):
             shown = f"Agents — most dangerous first ({len(agents)}"
             shown += f" of {len(state.agents)} match the filter)" if state.filter else ")"
             self.agents_title.update(Text(shown))
+
+    def show_detail(self, agent: str | None, colors: dict[str, str], now: float) -> None:
+        """The detail line for `agent`, with the values of the columns the agents table hides."""
+        hidden = self.agents_table.hidden
+        self.detail.show(self.state.agents.get(agent or ""), len(self.state.marked), colors, hidden=hidden, now=now)
 
     # -- the guard's ops ----------------------------------------------------------------------------
 
@@ -375,7 +397,12 @@ class MainScreen(Screen[None]):
     def on_agents_table_selected(self, event: AgentsTable.Selected) -> None:
         if self.session.ending:
             return
-        self.detail.show(self.state.agents.get(event.agent or ""), len(self.state.marked), self.roles())
+        self.show_detail(event.agent, self.roles(), self.clock())
+
+    def on_agents_table_columns_changed(self, _event: AgentsTable.ColumnsChanged) -> None:
+        if self.session.ending or not self.is_mounted:
+            return
+        self.show_detail(self.agents_table.selected, self.roles(), self.clock())  # the hidden columns' values
 
     def on_input_changed(self, event: Input.Changed) -> None:
         if event.input.id == "filter":
@@ -392,8 +419,16 @@ class MainScreen(Screen[None]):
         return [b for b in (*self.BINDINGS, *self.app.BINDINGS) if isinstance(b, Binding)]
 
     def action_help(self) -> None:
-        keys = [(b.key_display or b.key, b.description, b.tooltip) for b in self.key_bindings()]
-        self.app.push_screen(HelpScreen(keys))
+        self.app.push_screen(HelpScreen(self.keys_in_force()))
+
+    def keys_in_force(self) -> list[tuple[str, str, str]]:
+        """Each binding help lists, with the keys that run it now: Textual's active bindings, so the user's
+        keymap applied ("—" for one whose keys the focused widget takes, as the filter box takes letters)."""
+        keys: dict[str, list[str]] = {}
+        for key, active in self.active_bindings.items():
+            if active.binding.id:
+                keys.setdefault(active.binding.id, []).append(key)
+        return [(",".join(keys.get(b.id or "", [])) or "—", b.description, b.tooltip) for b in self.key_bindings()]
 
     def commands(self) -> Iterator[SystemCommand]:
         """Every action of this screen, for the command palette."""

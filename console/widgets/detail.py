@@ -1,14 +1,15 @@
-"""The selected agent in full: who it is, its denies and warnings, why it is stopped, its worst repeated call."""
+"""The selected agent in full: who it is, its denies and warnings, why it is stopped, its worst repeated call,
+and what the agents table has no room for."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 
 from rich.text import Text
 from textual.widgets import Static
 
 from console.state import Agent
-from console.widgets.cells import by_kind, plain
+from console.widgets.cells import age, by_kind, plain, sparkline
 
 __all__ = ["AgentDetail", "counts_text"]
 
@@ -31,14 +32,26 @@ def counts_text(label: str, counts: Mapping[str, int], color: str, colors: Mappi
 class AgentDetail(Static):
     """Two lines under the agents table for the selected agent (the table clips ids; this does not).
 
-    The first says who it is; the second what the guard did to it — denies by kind, warnings by rule, an
-    interrupt's reason — and the call it repeats most, so the counts stay in view at 80 columns."""
+    The first says who it is (its parent and harness too, the table's last columns); the second what the
+    guard did to it — denies by kind, warnings by rule, an interrupt's reason — and the call it repeats
+    most, so the counts stay in view at 80 columns. A third, when the table hides columns for want of
+    width, shows theirs: `hidden` is their keys."""
 
     DEFAULT_CSS = """
-    AgentDetail { height: 2; padding: 0 1; background: $boost; text-wrap: nowrap; text-overflow: ellipsis; }
+    AgentDetail {
+        height: auto; min-height: 2; padding: 0 1; background: $boost; text-wrap: nowrap; text-overflow: ellipsis;
+    }
     """
 
-    def show(self, agent: Agent | None, marked: int, colors: Mapping[str, str]) -> None:
+    def show(
+        self,
+        agent: Agent | None,
+        marked: int,
+        colors: Mapping[str, str],
+        *,
+        hidden: Collection[str],
+        now: float,
+    ) -> None:
         if agent is None:
             self.update(Text("no agent selected — agents appear here when a harness asks the guard", style="dim"))
             return
@@ -71,6 +84,33 @@ class AgentDetail(Static):
             bottom.append_text(plain(d.worst_preview))
         else:
             bottom.append("no repeated call in its window", style="dim")
-        text = Text("\n").join([top, bottom])
+        lines = [top, bottom]
+        if more := self._hidden_columns(agent, hidden, now, colors):
+            lines.append(more)
+        text = Text("\n").join(lines)
         text.no_wrap, text.overflow = True, "ellipsis"
         self.update(text)
+
+    @staticmethod
+    def _hidden_columns(agent: Agent, hidden: Collection[str], now: float, colors: Mapping[str, str]) -> Text:
+        """The hidden columns of the agents table (harness and parent are on the first line), in its words."""
+        d = agent.data
+        parts: list[tuple[str, Text]] = []
+        if "cap" in hidden:  # the cap column says the calls too
+            parts.append(("calls", Text(f"{d.calls}/{d.cap or '∞'}")))
+        elif "calls" in hidden:
+            parts.append(("calls", Text(str(d.calls))))
+        if "window" in hidden:
+            parts.append(("window", Text(f"{d.window_fill}/{d.window}")))
+        if "tool" in hidden:
+            parts.append(("last tool", plain(d.last_tool or "-")))
+        if "age" in hidden:
+            parts.append(("age", age(now - d.last_seen if d.last_seen else None)))
+        if "rate" in hidden:
+            parts.append(("calls/s", sparkline(agent.rate, colors["muted"])))
+        text = Text(no_wrap=True, overflow="ellipsis")
+        for i, (label, value) in enumerate(parts):
+            text.append("   " if i else "")
+            text.append(f"{label} ", style=colors["muted"])
+            text.append_text(value)
+        return text

@@ -40,18 +40,19 @@ class GuardHeader(Static):
         line.append(f"guard {state.guard_status}", style=f"bold {colors[status_role]}")
         if stats.pid:
             line.append(f" (pid {stats.pid})", style=colors["muted"])
-        if config.source:
-            line.append("   config from ", style=colors["muted"])
-            line.append_text(plain(config.source, style=colors["muted"]))
-        if state.guard_note:
-            line.append("  ")
-            line.append_text(plain(state.guard_note, style=colors["warn"]))
+        # What the operator must not miss comes before the paths, which a narrow terminal cuts short.
         if stats.paused:
             line.append("  GUARD PAUSED: every call allowed", style=f"bold reverse {colors['warn']}")
         if frozen:
             line.append("  screen frozen (z)", style=f"bold {colors['warn']}")
         if readonly:
             line.append("  read-only", style=colors["muted"])
+        if state.guard_note:
+            line.append("  ")
+            line.append_text(plain(state.guard_note, style=colors["warn"]))
+        if config.source:
+            line.append("   config from ", style=colors["muted"])
+            line.append_text(plain(config.source, style=colors["muted"]))
         line.append("   socket ", style=colors["muted"])
         line.append_text(plain(stats.socket))
 
