@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable, Set
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from breaker.config import KEYS, Config, ConfigError
 from breaker.protocol import AgentRow, ConfigFrame, GuardStats, KeyRow, StateFrame, TripRow
@@ -18,9 +18,11 @@ from breaker.protocol import AgentRow, ConfigFrame, GuardStats, KeyRow, StateFra
 RATE_SLOTS = 12  # sparkline history: one slot per RATE_PERIOD seconds
 RATE_PERIOD = 1.0
 MAX_TRIPS = 1000
+ACTIVITY_SECONDS = 300  # the activity chart's span: one slot per second
 # Most dangerous first: a loop caught (any rule, and a deny kind this console does not know: a newer
 # guard's), a budget spent, the operator's stop, a warning; then ok.
 _STATUS_RANK = {"duplicate": 0, "repeat": 0, "cycle": 0, "stall": 0, "cap": 1, "interrupted": 2, "warned": 3, "ok": 4}
+TREE_DEPTH = 3  # indent levels the tree shows; a deeper subagent is drawn at this level, its connector `…`
 
 
 @dataclass
@@ -46,6 +48,96 @@ class Agent:
         return (_STATUS_RANK.get(d.status, 0), -worst, -cap_use, -sum(self.rate), self.id)
 
 
+class ShownAgent(NamedTuple):
+    """One row of the agents table: the agent; its tree glyphs (`│ ├─`; empty when flat, and for a root); and
+    whether it is shown only as an ancestor of agents that match the filter (`context`). A NamedTuple: 10,000
+    are made per change in tree mode, five times faster than a frozen dataclass."""
+
+    agent: Agent
+    glyphs: str = ""
+    context: bool = False
+
+
+def tree_order(agents: Collection[Agent], context: Set[str] = frozenset()) -> list[ShownAgent]:
+    """`agents` as a forest: each root (no parent, or a parent not among `agents`) followed by its subagents,
+    recursively. Siblings, roots too, go most dangerous first by the worst agent of their subtree (a root
+    with a looping subagent ranks as that subagent), then by their own danger. Parent links come from
+    clients: a cycle of them is broken at its most dangerous agent, shown as a root, so every agent is
+    shown exactly once. O(n log n), without recursion (a chain may be 10,000 deep)."""
+    by_id = {a.id: a for a in agents}
+    # Danger as a place in the flat order: ranks compare as ints, not as tuples (10k agents: 4x faster).
+    danger = {a.id: n for n, a in enumerate(sorted(by_id.values(), key=lambda a: a.danger))}
+    up: dict[str, str] = {}  # each non-root's parent in the tree
+    kids: dict[str, list[str]] = {}
+    roots: list[str] = []
+    for a in by_id.values():
+        parent = a.data.parent
+        if parent is None or parent == a.id or parent not in by_id:
+            roots.append(a.id)
+        else:
+            up[a.id] = parent
+            kids.setdefault(parent, []).append(a.id)
+    order = _preorder(roots, kids)
+    if len(order) < len(by_id):  # the rest hang from cycles of parent links: one per unreached component
+        reached = set(order)
+        for start in sorted((i for i in by_id if i not in reached), key=danger.__getitem__):
+            if start in reached:
+                continue
+            seen: set[str] = set()
+            at = start
+            while at not in seen:  # up to the cycle (every parent here is known and unreached)
+                seen.add(at)
+                at = up[at]
+            cycle = [at]
+            while (at := up[at]) != cycle[0]:
+                cycle.append(at)
+            root = min(cycle, key=danger.__getitem__)
+            kids[up.pop(root)].remove(root)
+            roots.append(root)
+            more = _preorder([root], kids)
+            reached.update(more)
+            order.extend(more)
+    worst = dict(danger)  # the most dangerous of each subtree
+    for i in reversed(order):
+        parent = up.get(i)
+        if parent is not None and worst[i] < worst[parent]:
+            worst[parent] = worst[i]
+
+    size = len(by_id)
+
+    def rank(i: str) -> int:
+        return worst[i] * size + danger[i]
+
+    rows: list[ShownAgent] = []
+    stack = [(i, 0, "", False) for i in reversed(sorted(roots, key=rank))]
+    while stack:
+        i, depth, lead, last = stack.pop()
+        glyphs = ""
+        if depth:
+            glyphs = lead + ("└" if last else "├") + ("─" if depth <= TREE_DEPTH else "…")
+        rows.append(ShownAgent(by_id[i], glyphs, i in context))
+        children = kids.get(i)
+        if not children:
+            continue
+        children.sort(key=rank, reverse=True)  # popped from the stack: the most dangerous first
+        if 0 < depth < TREE_DEPTH:
+            lead += "  " if last else "│ "
+        stack.append((children[0], depth + 1, lead, True))
+        stack.extend((c, depth + 1, lead, False) for c in children[1:])
+    return rows
+
+
+def _preorder(roots: list[str], kids: dict[str, list[str]]) -> list[str]:
+    """Every agent under `roots` (and they), parents before their subagents."""
+    out: list[str] = []
+    stack = list(roots)
+    while stack:
+        i = stack.pop()
+        out.append(i)
+        stack.extend(kids.get(i, ()))
+    return out
+
+
 class ConsoleState:
     """Everything the screen shows, updated from the guard's state frames."""
 
@@ -67,9 +159,11 @@ class ConsoleState:
         self.frames = 0
         self.marked: set[str] = set()
         self.filter = ""
+        self.tree = False  # agents shown under their parent session (see `shown`)
         self._full: set[str] | None = None  # agents of a full picture that is still arriving in parts
         self._sample_at = 0.0
         self._sample_checks: int | None = None
+        self.activity = Activity()  # checks and denies per second, for the activity chart
 
     # -- input ----------------------------------------------------------------------------------
 
@@ -101,6 +195,7 @@ class ConsoleState:
             self.new_trips += 1
         if frame.stats is not None:
             self.stats = frame.stats
+            self.activity.record(self.clock(), frame.stats.checks, sum(frame.stats.denies.values()))
         if frame.config is not None:
             self.set_config(frame.config)
         self.sample()
@@ -160,10 +255,35 @@ class ConsoleState:
             self.filter = text
             self.changed()
 
+    def set_tree(self, tree: bool) -> None:
+        if tree != self.tree:
+            self.tree = tree
+            self.changed()
+
     # -- output ---------------------------------------------------------------------------------
 
     def visible_agents(self) -> list[Agent]:
         """Agents passing the filter, most dangerous first."""
+        return sorted(self._matching(), key=lambda a: a.danger)
+
+    def shown(self) -> list[ShownAgent]:
+        """The agents table's rows: flat, the agents passing the filter most dangerous first; or, with `tree`,
+        each root followed by its subagents (`tree_order`). In the tree the filter keeps the agents that match
+        and, as context, their ancestors, so each still sits under its own parent."""
+        if not self.tree:
+            return [ShownAgent(a) for a in self.visible_agents()]
+        if not self.filter:
+            return tree_order(self.agents.values())
+        matched = {a.id for a in self._matching()}
+        keep = set(matched)
+        for agent in matched:
+            parent = self.agents[agent].data.parent
+            while parent is not None and parent in self.agents and parent not in keep:  # stops on a cycle too
+                keep.add(parent)
+                parent = self.agents[parent].data.parent
+        return tree_order([self.agents[a] for a in keep], context=keep - matched)
+
+    def _matching(self) -> Iterable[Agent]:
         needle = self.filter.casefold()
         agents: Iterable[Agent] = self.agents.values()
         if needle:
@@ -176,7 +296,7 @@ class ConsoleState:
                 or needle in a.data.worst_tool.casefold()
                 or needle in (a.data.parent or "").casefold()
             ]
-        return sorted(agents, key=lambda a: a.danger)
+        return agents
 
     def take_new_trips(self) -> list[TripRow]:
         n, self.new_trips = self.new_trips, 0
@@ -215,3 +335,61 @@ class ConsoleState:
         if self.marked:
             self.marked.clear()
             self.changed()
+
+
+class Tally(NamedTuple):
+    """The guard's checks and denies in one second."""
+
+    checks: int
+    denies: int
+
+
+_NONE = Tally(0, 0)
+
+
+class Activity:
+    """Checks and denies per second over the last `ACTIVITY_SECONDS`, from the guard's cumulative counters.
+
+    A frame's counters minus the last frame's land in the second of the state's clock the frame came in. The
+    first frame is a baseline (its counts are the guard's whole life, not a second's); a counter that went
+    down is a new guard, counting from zero again; seconds without frames are zeros. Bounded: one `Tally` a
+    second, `ACTIVITY_SECONDS` of them."""
+
+    def __init__(self, seconds: int = ACTIVITY_SECONDS) -> None:
+        self.tallies: deque[Tally] = deque(maxlen=seconds)
+        self.second: int | None = None  # the second of the newest tally
+        self._counters: Tally | None = None  # the cumulative counters last seen
+
+    def record(self, now: float, checks: int, denies: int) -> None:
+        """A frame's cumulative counters, at `now` (the state's clock)."""
+        last, self._counters = self._counters, Tally(checks, denies)
+        if last is None:
+            return
+        if checks < last.checks or denies < last.denies:  # a new guard: it counted these since it started
+            delta = Tally(checks, denies)
+        else:
+            delta = Tally(checks - last.checks, denies - last.denies)
+        second = int(now)
+        tallies = self.tallies
+        if self.second is None or second > self.second:
+            gap = 0 if self.second is None else min(second - self.second - 1, tallies.maxlen or 0)
+            tallies.extend([_NONE] * gap)
+            tallies.append(delta)
+            self.second = second
+        elif delta != _NONE:  # this second again (or the clock stepped back): add to the newest
+            newest = tallies[-1]
+            tallies[-1] = Tally(newest.checks + delta.checks, newest.denies + delta.denies)
+
+    def last(self, now: float, seconds: int = ACTIVITY_SECONDS) -> list[Tally]:
+        """The `seconds` complete seconds before `now`, oldest first (the second `now` is in is still filling)."""
+        end = int(now) - 1
+        out = [_NONE] * seconds
+        if self.second is None:
+            return out
+        first = self.second - len(self.tallies) + 1  # the second of the oldest tally
+        start = end - seconds + 1
+        for i, tally in enumerate(self.tallies):
+            at = first + i - start
+            if 0 <= at < seconds:
+                out[at] = tally
+        return out

@@ -203,7 +203,7 @@ def test_every_binding_of_the_console_has_a_unique_dotted_id_and_a_tooltip():
                 continue  # the tables' own keys: Textual's, without ids, never rebound
             assert b.id and re.fullmatch(r"(app|main|config|confirm|help)\.[a-z_]+", b.id) and b.tooltip, b
             assert ids.setdefault(b.id, b) is b, f"{b.id} is given to two bindings"
-    assert len(ids) == 17
+    assert len(ids) == 21
 
 
 # -- the console -----------------------------------------------------------------------------------

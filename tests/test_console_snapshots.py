@@ -24,7 +24,7 @@ from breaker.protocol import StateFrame
 from console.app import CBConsole
 from console.screens.config import ConfigScreen
 from console.session import GuardSession
-from console.state import RATE_SLOTS, ConsoleState
+from console.state import ACTIVITY_SECONDS, RATE_SLOTS, ConsoleState
 from console.widgets.agents import AGENT_WIDTH, TOOL_WIDTH, AgentsTable, resizable
 from console.widgets.cells import clip
 from console.widgets.detail import AgentDetail
@@ -409,7 +409,25 @@ async def mounted(pilot) -> None:
         await pilot.pause()
 
 
+def counters(checks: int, denies: int) -> list[tuple[int, int]]:
+    """The guard's cumulative (checks, denies) at each second of the activity chart's span, ending at `checks`
+    and `denies`: a steady trickle, then a loop forming in the last minute, denied in its last half."""
+    n = ACTIVITY_SECONDS
+    check_weights = [1 + (i % 9 == 0) + (i % 23 == 0) + max(0, i - (n - 60)) // 4 for i in range(n)]
+    deny_weights = [max(0, i - (n - 30)) for i in range(n)]
+    out, seen_checks, seen_denies = [], 0, 0
+    for i in range(n):
+        seen_checks += check_weights[i]
+        seen_denies += deny_weights[i]
+        out.append((checks * seen_checks // sum(check_weights), denies * seen_denies // sum(deny_weights)))
+    return out
+
+
 def inject(app: CBConsole, frame_: dict[str, Any], rates: dict[str, list[int]] | None = None, marked=()) -> None:
+    stats = frame_["stats"]
+    app.state.activity.record(T0 - ACTIVITY_SECONDS - 1, 0, 0)  # the chart's seconds before the frame
+    for i, (checks, denies) in enumerate(counters(stats["checks"], sum(stats["denies"].values()))):
+        app.state.activity.record(T0 - ACTIVITY_SECONDS + i, checks, denies)
     app.state.apply(StateFrame.from_json(frame_))  # decoded as the console's link decodes it
     app.state.set_guard_status("running")
     for name, values in (rates or {}).items():
@@ -464,6 +482,37 @@ def test_terminal_size_snapshot(snap_compare, size):
         await pilot.pause()
 
     assert snap_compare(app, terminal_size=size, run_before=run_before)
+
+
+# Subagents two and five levels down, a subagent whose parent the console does not know, and a cycle of parents.
+FAMILY = {
+    **STATES["warned-then-denied"],
+    "agents": [
+        *STATES["warned-then-denied"]["agents"],
+        agent("session-demo-reader-1", 7, 1, "ok", "read", parent="3f2a9c1e-demo-subagent"),
+        agent("session-demo-reader-2", 4, 2, "ok", "read", parent="session-demo-reader-1"),
+        agent("session-demo-reader-3", 3, 1, "ok", "grep", parent="session-demo-reader-2"),
+        agent("session-demo-reader-4", 2, 1, "ok", "grep", parent="session-demo-reader-3"),
+        agent("session-demo-helper", 9, 3, "ok", "bash", parent="session-demo-healthy"),
+        agent("session-demo-orphan", 5, 1, "ok", "read", parent="session-gone"),
+        agent("cycle-a", 2, 1, "ok", "read", parent="cycle-b"),
+        agent("cycle-b", 3, 3, "ok", "read", parent="cycle-a"),
+    ],
+}
+
+
+def test_tree_snapshot(snap_compare):
+    """`t`: each session followed by its subagents with tree glyphs, a root ranked by its worst subagent, depth
+    indented at most three levels (`└…` deeper), an unknown parent and a cycle of parents shown as roots."""
+    app = make_app("dark")
+
+    async def run_before(pilot) -> None:
+        await mounted(pilot)
+        inject(app, frame(FAMILY), RATES)
+        await pilot.press("t")
+        await pilot.pause()
+
+    assert snap_compare(app, terminal_size=(120, 40), run_before=run_before)
 
 
 def test_config_form_after_choosing_a_preset_snapshot(snap_compare):
@@ -653,7 +702,7 @@ async def test_a_short_terminal_gives_the_agents_table_the_height_of_the_bottom_
         assert app.query_one(AgentDetail).outer_size.height == 3  # the detail lines stay (with the hidden columns)
         assert table.outer_size.height > height // 3
         if height == 24:
-            assert table.outer_size.height == 10  # the column names and nine agents
+            assert table.outer_size.height == 9  # the column names and eight agents (the activity chart takes a line)
         assert no_sideways_scroll(table)
 
 

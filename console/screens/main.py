@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Awaitable, Callable, Iterable, Iterator
+from datetime import datetime
 from typing import Any, TypeVar
 
 from rich.text import Text
@@ -14,12 +16,14 @@ from textual.screen import Screen
 from textual.widgets import Footer, Input, Static
 
 from console.link import GuardLink, LinkError
+from console.report import report_json, reports_dir, save_report
 from console.screens.config import ConfigScreen
 from console.screens.confirm import Choice, ConfirmScreen
 from console.screens.help import HelpScreen
 from console.session import GuardSession
 from console.state import ConsoleState
 from console.themes import THEME_VARIABLES
+from console.widgets.activity import ActivityChart
 from console.widgets.agents import AgentsTable
 from console.widgets.cells import plain
 from console.widgets.detail import AgentDetail
@@ -92,7 +96,32 @@ class MainScreen(Screen[None]):
             show=False,
             tooltip="Mark or unmark the selected agent (act on several)",
         ),
+        Binding(
+            "t",
+            "tree",
+            "Tree",
+            id="main.tree",
+            show=False,
+            tooltip="Show subagents under their parent session, or flat",
+        ),
         Binding("z", "freeze", "Freeze", id="main.freeze", show=False, tooltip="Pause or resume screen updates"),
+        Binding("c", "copy_id", "Copy id", id="main.copy_id", show=False, tooltip="Copy the selected agent's id"),
+        Binding(
+            "C",
+            "copy_call",
+            "Copy call",
+            id="main.copy_call",
+            show=False,
+            tooltip="Copy the selected agent's worst repeated call, as one line",
+        ),
+        Binding(
+            "S",
+            "save_report",
+            "Save report",
+            id="main.save_report",
+            show=False,
+            tooltip="Save the state (JSON) and a screenshot (SVG) for an incident report",
+        ),
         Binding(
             "escape", "clear_filter", "Clear filter", id="main.clear_filter", show=False, tooltip="Clear the filter"
         ),
@@ -121,6 +150,7 @@ class MainScreen(Screen[None]):
         # Held directly: flush runs ten times a second, and nested containers mount their children after this
         # screen's own Mount.
         self.header = GuardHeader(id="header")
+        self.activity = ActivityChart(id="activity")
         self.filter_box = Input(placeholder="filter agents: id, harness or tool (escape clears)", id="filter")
         self.agents_title = Static(Text("Agents — most dangerous first"), id="agents-title")
         self.agents_table = AgentsTable(id="agents")
@@ -129,6 +159,7 @@ class MainScreen(Screen[None]):
         self.trips_title = Static(Text("Trips"), id="trips-title")
         self.trips_table = TripsTable(id="trips")
         yield self.header
+        yield self.activity
         yield self.filter_box
         yield self.agents_title
         yield self.agents_table
@@ -171,10 +202,11 @@ class MainScreen(Screen[None]):
             return
         self._drawn, self._drawn_at = state.version, now
         colors = self.roles()
-        agents = state.visible_agents()
+        agents = state.shown()  # flat, or as a tree (`t`)
         table = self.agents_table
         with self.app.batch_update():
             self.header.show(state, colors, self.readonly, self.frozen)
+            self.activity.show(state.activity, now, colors)
             table.reconcile(agents, now, state.marked, colors)
             self.show_detail(table.selected, colors, now)
             limit_of = {a.id: a.data.duplicate_limit for a in state.agents.values()}
@@ -185,7 +217,8 @@ class MainScreen(Screen[None]):
             if trips.unseen:
                 title += f"  — {trips.unseen} new ↓"
             self.trips_title.update(Text(title))
-            shown = f"Agents — most dangerous first ({len(agents)}"
+            order = "subagents under their parent, most dangerous first" if state.tree else "most dangerous first"
+            shown = f"Agents — {order} ({sum(not a.context for a in agents)}"
             shown += f" of {len(state.agents)} match the filter)" if state.filter else ")"
             self.agents_title.update(Text(shown))
 
@@ -376,6 +409,47 @@ class MainScreen(Screen[None]):
             self.state.toggle_mark(table.selected)
         if table.cursor_row < table.row_count - 1:
             table.move_cursor(row=table.cursor_row + 1)
+
+    def action_tree(self) -> None:
+        self.state.set_tree(not self.state.tree)
+        self.flush()  # at once: the cursor stays on its agent (the table re-anchors it)
+
+    def action_copy_id(self) -> None:
+        agent = self.agents_table.selected
+        if not agent or agent not in self.state.agents:
+            self.notify("Select an agent first.", severity="warning", markup=False)
+            return
+        self.app.copy_to_clipboard(agent)  # OSC 52: the terminal puts it on the system clipboard
+        self.notify(f"Copied the agent id: {agent}", markup=False)
+
+    def action_copy_call(self) -> None:
+        """The repeated call under the cursor (if that table has focus), else the selected agent's worst one."""
+        if self.keys_table.has_focus and (key := self.keys_table.current()):
+            agent, preview, count = key.agent, key.preview, key.count
+        elif selected := self.state.agents.get(self.agents_table.selected or ""):
+            agent, preview, count = selected.id, selected.data.worst_preview, selected.data.worst_count
+        else:
+            self.notify("Select an agent or a repeated call first.", severity="warning", markup=False)
+            return
+        if not preview:
+            self.notify(f"{agent} has no repeated call to copy.", severity="warning", markup=False)
+            return
+        self.app.copy_to_clipboard(preview)  # one line already: the guard's preview of the call
+        self.notify(f"Copied the call {agent} repeated {count} times: {preview}", markup=False)
+
+    async def action_save_report(self) -> None:
+        saved_at = datetime.fromtimestamp(self.clock()).astimezone()
+        report = report_json(self.state, saved_at, self.agents_table.selected)
+        svg = self.app.export_screenshot()
+        directory = reports_dir()
+        try:
+            saved = await asyncio.to_thread(save_report, directory, report, svg, saved_at)
+        except OSError as exc:
+            self.notify(
+                f"{directory}: {exc.strerror or exc}", title="Saving the report failed", severity="error", markup=False
+            )
+            return
+        self.notify(f"State: {saved.json}\nScreen: {saved.svg}", title="Report saved", markup=False)
 
     def action_freeze(self) -> None:
         self.frozen = not self.frozen

@@ -1,4 +1,5 @@
-"""The agents table: one row per agent, most dangerous first, reconciled by row key; as many columns as fit."""
+"""The agents table: one row per agent, most dangerous first (or as a tree), reconciled by row key; as many
+columns as fit."""
 
 from __future__ import annotations
 
@@ -9,9 +10,9 @@ from textual.message import Message
 from textual.widgets import DataTable
 from textual.widgets.data_table import CellType, ColumnKey, RowKey
 
-from console.state import Agent
+from console.state import Agent, ShownAgent
 from console.widgets.cells import age, clip, gauge, plain, ratio_color, sparkline, status_text
-from console.widgets.rows import KeyedTable, batched_writes, keyed, update_cells
+from console.widgets.rows import KeyedTable, KeyedText, batched_writes, keyed, update_cells
 
 __all__ = [
     "AGENT_MIN_WIDTH",
@@ -105,6 +106,7 @@ class AgentsTable(KeyedTable):
     def __init__(self, **kwargs: object) -> None:
         super().__init__(**kwargs)
         self.agent_width = AGENT_WIDTH
+        self._tree: dict[str, tuple[str, bool]] = {}  # each tree row's glyphs and context flag (see ShownAgent)
         self._shown: tuple[str, ...] = tuple(key for key, _label, _width in self.COLUMNS)  # in table order
 
     @property
@@ -117,7 +119,22 @@ class AgentsTable(KeyedTable):
         """The keys of the columns taken out for want of width."""
         return frozenset(key for key, _label, _width in self.COLUMNS if key not in self._shown)
 
-    def render_row(self, agent: Agent, now: float, marked: bool, colors: Mapping[str, str]) -> tuple[Text, ...]:
+    def agent_cell(self, key: str, glyphs: str = "", context: bool = False) -> KeyedText:
+        """The id cut to what the agent column leaves beside the tree glyphs; dim when shown only as context."""
+        cell = plain(clip(key, self.agent_width - len(glyphs)), style="dim" if context else "")
+        if glyphs:
+            cell = Text.assemble((glyphs, "dim"), cell, no_wrap=True, overflow="ellipsis")
+        return keyed(cell, key)
+
+    def render_row(
+        self,
+        agent: Agent,
+        now: float,
+        marked: bool,
+        colors: Mapping[str, str],
+        glyphs: str = "",
+        context: bool = False,
+    ) -> tuple[Text, ...]:
         d = agent.data
         cap = d.cap
         calls = d.calls
@@ -129,7 +146,7 @@ class AgentsTable(KeyedTable):
         rate_color = colors["ok"] if d.status == "ok" else colors["warn"] if d.status == "warned" else colors["trip"]
         return (
             Text("●" if marked else " ", style=colors["warn"]),
-            keyed(plain(clip(agent.id, self.agent_width)), agent.id),
+            self.agent_cell(agent.id, glyphs, context),
             status_text(d.status, d.rule, colors),
             Text(str(calls), justify="right"),
             gauge(d.worst_count, d.duplicate_limit or 1, colors, width=4),
@@ -142,9 +159,12 @@ class AgentsTable(KeyedTable):
             plain(clip(d.parent or "", 10), style=colors["muted"]),
         )
 
-    def reconcile(self, agents: list[Agent], now: float, marked: set[str], colors: Mapping[str, str]) -> None:
-        """Make the table show `agents` in this order, touching only what changed."""
-        by_id = {a.id: a for a in agents}
+    def reconcile(self, shown: list[ShownAgent], now: float, marked: set[str], colors: Mapping[str, str]) -> None:
+        """Make the table show these agents in this order, touching only what changed: a row whose tree glyphs
+        changed re-renders, and only its agent cell is written."""
+        by_id = {s.agent.id: s.agent for s in shown}
+        self._tree = {s.agent.id: (s.glyphs, s.context) for s in shown if s.glyphs or s.context}
+        tree = self._tree
         palette = tuple(colors.values())
         rows = [
             (
@@ -155,11 +175,19 @@ class AgentsTable(KeyedTable):
                     int(now - a.data.last_seen) if a.data.last_seen else None,  # ages show whole seconds
                     tuple(a.rate),
                     palette,
+                    s.glyphs,
+                    s.context,
                 ),
             )
-            for a in agents
+            for s in shown
+            for a in (s.agent,)
         ]
-        self.show_rows(rows, lambda key: self.render_row(by_id[key], now, key in marked, colors))
+
+        def render(key: str) -> tuple[Text, ...]:
+            glyphs, context = tree.get(key, ("", False))
+            return self.render_row(by_id[key], now, key in marked, colors, glyphs, context)
+
+        self.show_rows(rows, render)
 
     # -- fitting the width ------------------------------------------------------------------------------
 
@@ -211,7 +239,7 @@ class AgentsTable(KeyedTable):
         self.agent_width = width
         changed: list[tuple[str, str, Text]] = []
         for key, cells in self._cells.items():
-            cell = keyed(plain(clip(key, width)), key)
+            cell = self.agent_cell(key, *self._tree.get(key, ("", False)))
             self._cells[key] = (cells[0], cell, *cells[2:])
             changed.append((key, "agent", cell))
         column = self.columns.get(ColumnKey("agent"))
