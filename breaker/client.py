@@ -385,7 +385,7 @@ class GuardClient:
 class AsyncGuardClient:
     """asyncio client: concurrent requests on one connection, pushed events delivered as they arrive.
 
-    `on_interrupt(agent, reason)` and `on_event(event)` (an InterruptEvent or a StateFrame) may be
+    `on_interrupt(agent, reason)` and `on_event(event)` (an InterruptEvent, a StateFrame or a CallsEvent) may be
     plain functions or coroutines.
     """
 
@@ -399,7 +399,7 @@ class AsyncGuardClient:
         version: str = "",
         role: str = "harness",
         on_interrupt: Callable[[str, str], Any] | None = None,
-        on_event: Callable[[InterruptEvent | StateFrame], Any] | None = None,
+        on_event: Callable[[Event], Any] | None = None,
         max_frame: int = 64 * 1024 * 1024,
     ) -> None:
         self.path = Path(socket_path) if socket_path is not None else default_socket_path()

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Literal, cast
 
 __all__ = [
+    "AGENT_LIMITS",
     "BY_KEY",
     "DEFAULT_DENY_MESSAGE",
     "KEYS",
@@ -426,6 +427,9 @@ SETTINGS: tuple[Setting, ...] = (
 )
 
 BY_KEY: dict[str, Setting] = {s.key: s for s in SETTINGS}
+# The limits an operator may give one agent of its own (the `override` op, `Guard.override`): its cap, and its
+# duplicate limit for every tool (a per-tool duplicateLimit included). The global config is not touched.
+AGENT_LIMITS = ("maxCallsPerAgent", "duplicateLimit")
 KEYS: dict[str, str] = {s.key: s.attr for s in SETTINGS}  # camelCase key -> Config attribute, in table order
 PATCH_ONLY_KEYS: tuple[str, ...] = tuple(s.key for s in SETTINGS if s.patch_only)
 

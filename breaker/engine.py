@@ -10,7 +10,7 @@ from typing import Any
 
 import orjson
 
-from breaker.config import Config
+from breaker.config import AGENT_LIMITS, Config
 from breaker.keys import call_digest, preview, tool_class_name
 
 __all__ = ["AgentState", "AgentView", "Guard", "GuardView", "KeyView", "Verdict"]
@@ -141,6 +141,7 @@ class _Agent:
         "last_key",
         "last_seen",
         "last_tool",
+        "limits",
         "pending",
         "previews",
         "recent",
@@ -181,6 +182,7 @@ class _Agent:
         self.stall_tool: str | None = None
         self.stall_digest: str | None = None
         self.stall_n = 0
+        self.limits: dict[str, int] | None = None  # the operator's override of its cap / duplicate limit
 
 
 class _Interrupt:
@@ -216,6 +218,8 @@ class AgentView:
     interrupt_reason: str | None
     warns: dict[str, int] = field(default_factory=dict)  # rule -> calls allowed with its warning
     rule: str = ""  # the rule behind the status: the one that warned or denied ("" for "ok")
+    override: dict[str, int] = field(default_factory=dict)  # its own limits (AGENT_LIMITS keys); cap and
+    # duplicate_limit above already are the ones in force
 
 
 @dataclass(frozen=True, slots=True)
@@ -260,6 +264,7 @@ class AgentState:
     results: dict[int, int] | None = None  # progress: per key, a hash of its last result's digest
     tool_calls: dict[str, int] | None = None  # per-tool caps: calls per tool (by class name)
     stall: tuple[str, str | None, int] | None = None  # the stall rule: tool, result digest, calls that got it
+    limits: dict[str, int] | None = None  # the operator's override of its cap / duplicate limit
 
 
 class Guard:
@@ -370,6 +375,9 @@ class Guard:
         st.last_seen = now
 
         cap = config.max_calls_per_agent
+        own = st.limits
+        if own is not None:
+            cap = own.get("maxCallsPerAgent", cap)
         if cap and st.calls >= cap:
             return self._deny(st, agent, tool, "cap", st.calls, cap)
         tool_calls = 0
@@ -411,7 +419,7 @@ class Guard:
                 recent.append(key)
             else:
                 cycle_len, cycle_p = self._cycle(st, key)
-        limit = rules.dup_limit
+        limit = rules.dup_limit if own is None else own.get("duplicateLimit", rules.dup_limit)
         if key is None:
             n = seen = 0
         else:
@@ -711,13 +719,31 @@ class Guard:
         return agent in self._interrupted
 
     def reset(self, agent: str) -> bool:
-        """Clear an agent's window, call count and denies (not an interrupt); True if it was tracked."""
+        """Clear an agent's window, call count, denies and override (not an interrupt); True if it was tracked."""
         st = self._agents.get(agent)
         if st is None:
             return False
         self._unbucket(agent, st)
         self._agents[agent] = _Agent()
         return True
+
+    def override(self, agent: str, limits: dict[str, int | None]) -> dict[str, int] | None:
+        """Give `agent` limits of its own (AGENT_LIMITS keys; a value None takes that one off): its cap, and
+        its duplicate limit for every tool. The global config is untouched; a reset clears them. The agent's
+        limits now, or None if it is not tracked. Values are the caller's to check (the protocol does)."""
+        st = self._agents.get(agent)
+        if st is None:
+            return None
+        own = dict(st.limits or {})
+        for key, value in limits.items():
+            if key not in AGENT_LIMITS:
+                raise ValueError(f"{key!r} is not a limit an agent may have of its own")
+            if value is None:
+                own.pop(key, None)
+            else:
+                own[key] = value
+        st.limits = own or None
+        return own
 
     def end_agent(self, agent: str) -> bool:
         """The harness says the agent is gone: free its state. An operator interrupt outlives it
@@ -770,6 +796,7 @@ class Guard:
             dict(st.results) if st.results is not None else None,
             dict(st.tool_calls) if st.tool_calls is not None else None,
             (st.stall_tool, st.stall_digest, st.stall_n) if st.stall_tool is not None else None,
+            dict(st.limits) if st.limits else None,
         )
 
     def restore_agent(self, state: AgentState, *, windows: bool = True) -> None:
@@ -787,6 +814,7 @@ class Guard:
         st.tool_calls = dict(state.tool_calls) if state.tool_calls else None
         if state.stall is not None:
             st.stall_tool, st.stall_digest, st.stall_n = state.stall
+        st.limits = dict(state.limits) if state.limits else None
         if windows:  # what follows is keyed by digests
             st.last_key, st.run = state.last_key, state.run
             st.cycles = list(state.cycles) if state.cycles is not None else None
@@ -852,7 +880,10 @@ class Guard:
         elif st.ring:
             worst_tool = st.last_tool
         interrupt = self._interrupted.get(agent)
-        cap = config.max_calls_per_agent
+        cap, limit = config.max_calls_per_agent, config.duplicate_limit
+        own = st.limits
+        if own is not None:
+            cap, limit = own.get("maxCallsPerAgent", cap), own.get("duplicateLimit", limit)
         last = st.last
         if interrupt is not None:
             status = rule = "interrupted"
@@ -860,7 +891,7 @@ class Guard:
             status = rule = "cap"
         elif last.startswith("deny:"):
             status = rule = last[5:]
-        elif worst_count >= config.duplicate_limit:
+        elif worst_count >= limit:
             status = rule = "duplicate"
         elif last:
             status, rule = "warned", last[5:]
@@ -875,7 +906,7 @@ class Guard:
             worst_count=worst_count,
             worst_tool=worst_tool,
             worst_preview=worst_preview,
-            duplicate_limit=config.duplicate_limit,
+            duplicate_limit=limit,
             denies=dict(st.denies),
             status=status,
             last_tool=st.last_tool,
@@ -883,7 +914,18 @@ class Guard:
             interrupt_reason=interrupt.reason if interrupt is not None else None,
             warns=dict(st.warns),
             rule=rule,
+            override=dict(own) if own else {},
         )
+
+    def window_keys(self, agent: str, top: int = 20) -> tuple[list[KeyView], int]:
+        """The `top` most repeated keys in `agent`'s window (seen at least twice: only those keep a preview),
+        most first, and how many distinct keys its window holds."""
+        st = self._agents.get(agent)
+        if st is None:
+            return [], 0
+        counts, previews = st.counts, st.previews
+        keys = sorted(previews, key=counts.__getitem__, reverse=True)[:top]
+        return [KeyView(agent, *previews[k], counts[k]) for k in keys], len(counts)
 
     def interrupted_agents(self) -> list[str]:
         """Agents under an operator interrupt (tracked or not), least recently active first."""

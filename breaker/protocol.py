@@ -17,6 +17,7 @@ from typing import Any, ClassVar
 
 import orjson
 
+from breaker.config import AGENT_LIMITS, BY_KEY
 from breaker.wire import MAX_FRAME, PROTOCOL_VERSION, FrameBuffer
 
 __all__ = [
@@ -27,12 +28,16 @@ __all__ = [
     "MAX_TEXT",
     "OPERATOR",
     "OPS",
+    "Override",
     "PROTOCOL_VERSION",
     "AgentRow",
+    "CallRow",
+    "CallsEvent",
     "ClientSession",
     "ConfigFrame",
     "Decision",
     "ErrorReply",
+    "Follow",
     "GuardStats",
     "InterruptEvent",
     "KeyRow",
@@ -41,6 +46,7 @@ __all__ = [
     "Request",
     "StateFrame",
     "TripRow",
+    "Unfollow",
     "decode_request",
     "encode_frame",
 ]
@@ -62,6 +68,7 @@ ERROR_CODES: dict[str, tuple[str, bool]] = {
     "config_broken": ("`config_set` while the patch layer does not parse; fix the file first", False),
     "write_failed": ("`config_set` could not write the patch layer", False),
     "internal": ("a bug in an operator op (logged)", False),
+    "limit": ("a bound of the guard was reached (the message says which); nothing changed", False),
     "frame_too_large": ("a frame over `max_frame` bytes", True),
     "busy": ("the guard's shared buffer for large frames is full; retry", True),
     "forbidden": ("the peer runs as another user", True),
@@ -340,6 +347,50 @@ class Reset(Request):
 
 
 @dataclass(slots=True)
+class Follow(Request):
+    """Follow one agent's calls: `calls` events carry them as they happen (this connection follows one
+    agent at a time; a second `follow` replaces the first)."""
+
+    op: ClassVar[str] = "follow"
+    REPLY: ClassVar = ("ok", "known", "history")
+    SPEC: ClassVar = (("agent", _STR, _REQUIRED),)
+    agent: str = ""
+
+
+@dataclass(slots=True)
+class Unfollow(Request):
+    op: ClassVar[str] = "unfollow"
+
+
+@dataclass(slots=True)
+class Override(Request):
+    """Give one agent limits of its own: `limits` maps maxCallsPerAgent and/or duplicateLimit to a value in
+    the setting's range, or to null to take that override off. The global config is not touched."""
+
+    op: ClassVar[str] = "override"
+    REPLY: ClassVar = ("ok", "known", "override")
+    SPEC: ClassVar = (("agent", _STR, _REQUIRED), ("limits", (dict,), _REQUIRED))
+    agent: str = ""
+    limits: dict[str, int | None] = field(default_factory=dict)
+
+    @classmethod
+    def decode(cls, msg: dict[str, Any]) -> Override:
+        req = super(Override, cls).decode(msg)
+        assert isinstance(req, Override)
+        for key, value in req.limits.items():
+            setting = BY_KEY.get(key)
+            if key not in AGENT_LIMITS or setting is None:
+                raise ProtocolError(
+                    "bad_request", f"override: {key[:64]!r} is not one of {', '.join(AGENT_LIMITS)}", req.id
+                )
+            if value is not None and (type(value) is not int or not setting.low <= value <= setting.high):
+                raise ProtocolError(
+                    "bad_request", f"override: {key} must be {setting.expected} or null, found {_found(value)}", req.id
+                )
+        return req
+
+
+@dataclass(slots=True)
 class Pause(Request):
     op: ClassVar[str] = "pause"
     REPLY: ClassVar = ("ok", "paused")
@@ -401,6 +452,9 @@ OPS: dict[str, type[Request]] = {
         Interrupt,
         Uninterrupt,
         Reset,
+        Override,
+        Follow,
+        Unfollow,
         Pause,
         Resume,
         ConfigGet,
@@ -532,7 +586,8 @@ ALLOW_FRAME_TAIL = b',"decision":"allow"}\n'  # the one reply the hot path write
 
 @dataclass(slots=True)
 class Done(Reply):
-    """`{"ok": true}` plus what the op reports (`known`, `notified`, `paused`, `tick`, `matched`, `warning`)."""
+    """`{"ok": true}` plus what the op reports (`known`, `notified`, `paused`, `tick`, `matched`, `warning`,
+    `override`, `history`)."""
 
     known: bool | None = None
     notified: int | None = None
@@ -540,6 +595,8 @@ class Done(Reply):
     tick: float | None = None
     matched: bool | None = None
     warning: str | None = None
+    override: dict[str, int] | None = None
+    history: int | None = None
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"ok": True}
@@ -615,6 +672,7 @@ class AgentRow:
     interrupt_reason: str | None
     warns: dict[str, int] = field(default_factory=dict)  # rule -> calls allowed with its warning
     rule: str = ""  # the rule behind the status
+    override: dict[str, int] = field(default_factory=dict)  # the operator's limits for this agent (cap, limit)
 
     def to_json(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
@@ -624,7 +682,7 @@ class AgentRow:
         agent = obj.get("agent")
         if not isinstance(agent, str):
             return None
-        denies, warns = obj.get("denies"), obj.get("warns")
+        denies, warns, override = obj.get("denies"), obj.get("warns"), obj.get("override")
         parent, reason, seen = obj.get("parent"), obj.get("interrupt_reason"), obj.get("last_seen")
         return cls(
             agent=agent,
@@ -645,6 +703,7 @@ class AgentRow:
             interrupt_reason=reason if isinstance(reason, str) else None,
             warns={k: v for k, v in warns.items() if type(v) is int} if isinstance(warns, dict) else {},
             rule=_typed(obj.get("rule"), str, ""),
+            override={k: v for k, v in override.items() if type(v) is int} if isinstance(override, dict) else {},
         )
 
 
@@ -879,7 +938,79 @@ class InterruptEvent:
         return cls(agent, reason if isinstance(reason, str) else "")
 
 
-Event = InterruptEvent | StateFrame
+@dataclass(slots=True)
+class CallRow:
+    """One call of a followed agent, as the guard decided it."""
+
+    time: float
+    tool: str
+    preview: str
+    decision: str  # "allow"; "warn" (allowed with a warning); "deny"; "pass" (allowed without being judged)
+    count: int
+    limit: int
+    rule: str  # the rule that denied or warned ("" otherwise)
+
+    @classmethod
+    def from_json(cls, obj: dict[str, Any]) -> CallRow | None:
+        if not isinstance(obj.get("tool"), str):
+            return None
+        return cls(
+            _typed(obj.get("time"), float, 0.0),
+            obj["tool"],
+            _typed(obj.get("preview"), str, ""),
+            _typed(obj.get("decision"), str, ""),
+            _typed(obj.get("count"), int, 0),
+            _typed(obj.get("limit"), int, 0),
+            _typed(obj.get("rule"), str, ""),
+        )
+
+
+@dataclass(slots=True)
+class CallsEvent:
+    """Pushed to a connection that follows `agent`: its calls since the last event (oldest first), the
+    repeated keys in its window now, and how many calls it missed while it read nothing."""
+
+    agent: str
+    calls: list[CallRow]
+    keys: list[KeyRow]
+    distinct: int  # distinct keys in its window
+    dropped: int = 0
+
+    def encode(self) -> bytes:
+        return encode_frame(
+            {
+                "event": "calls",
+                "agent": self.agent,
+                "calls": self.calls,
+                "keys": self.keys,
+                "distinct": self.distinct,
+                "dropped": self.dropped,
+            }
+        )
+
+    @classmethod
+    def from_json(cls, obj: dict[str, Any]) -> CallsEvent | None:
+        agent = obj.get("agent")
+        if not isinstance(agent, str):
+            return None
+
+        def rows(name: str, kind: Any) -> list[Any]:
+            items = obj.get(name)
+            if not isinstance(items, list):
+                return []
+            return [r for r in (kind.from_json(i) for i in items if isinstance(i, dict)) if r is not None]
+
+        return cls(
+            agent,
+            rows("calls", CallRow),
+            rows("keys", KeyRow),
+            _typed(obj.get("distinct"), int, 0),
+            _typed(obj.get("dropped"), int, 0),
+        )
+
+
+Event = InterruptEvent | StateFrame | CallsEvent
+_EVENTS: dict[str, Any] = {"state": StateFrame, "calls": CallsEvent, "interrupt": InterruptEvent}
 
 
 # -- the client side -------------------------------------------------------------------------------
@@ -945,7 +1076,8 @@ class ClientSession:
             if not isinstance(msg, dict):
                 continue
             if "event" in msg:
-                event = StateFrame.from_json(msg) if msg["event"] == "state" else InterruptEvent.from_json(msg)
+                kind = _EVENTS.get(msg["event"]) if isinstance(msg["event"], str) else None
+                event = kind.from_json(msg) if kind is not None else None
                 if event is not None:
                     out.append(event)
                 continue

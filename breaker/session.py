@@ -28,6 +28,8 @@ from breaker.protocol import (
     PROTOCOL_VERSION,
     AgentEnd,
     AgentRow,
+    CallRow,
+    CallsEvent,
     Check,
     ConfigFrame,
     ConfigGet,
@@ -36,12 +38,14 @@ from breaker.protocol import (
     Decision,
     Done,
     ErrorReply,
+    Follow,
     GuardStats,
     Hello,
     HelloReply,
     Interrupt,
     InterruptEvent,
     KeyRow,
+    Override,
     Pause,
     Ping,
     Pong,
@@ -57,11 +61,13 @@ from breaker.protocol import (
     StatsReply,
     Subscribe,
     TripRow,
+    Unfollow,
     Uninterrupt,
     Unsubscribe,
     decode_request,
     encode_frame,
 )
+from breaker.keys import preview
 from breaker.wire import FrameBuffer
 
 __all__ = [
@@ -85,6 +91,9 @@ POOL = 64 * 1024 * 1024  # unfinished frames past PRIVATE_BUFFER share this, acr
 DROP_AFTER = 10.0  # seconds a subscriber may stay behind before it is dropped
 MAX_TRIPS_BEHIND = 500  # trips kept for a subscriber that is behind; older ones are dropped
 ROWS_PER_PART = 25  # agent rows per state-frame part: one part takes a few hundred microseconds to build
+HISTORY = 200  # calls kept per followed agent (only agents a console follows have a history)
+MAX_FOLLOWED = 64  # agents followed at once, across every connection: history memory is at most 64 x 200 calls
+FOLLOW_KEYS = 20  # repeated keys of its window sent with a followed agent's calls
 FORBIDDEN_KEYS = PATCH_ONLY_KEYS  # e.g. interruptCommand runs a program: only the patch file the user edits sets it
 
 
@@ -110,6 +119,8 @@ class Channel:
         "close_reason",
         "closing",
         "eof",
+        "follow_seq",
+        "following",
         "harness",
         "out",
         "peer_pid",
@@ -138,6 +149,8 @@ class Channel:
         self.eof = False
         self.closing = False  # no more input is read; close once the output is out
         self.close_reason = ""
+        self.following: str | None = None  # the agent whose calls this connection follows
+        self.follow_seq = 0  # the number of the last of its calls sent here (-1: send its keys again)
 
     def take_output(self) -> bytes:
         """Everything that may be written now: events, then replies up to the first one still waiting."""
@@ -176,6 +189,15 @@ class _Subscription:
     config: bool = True
     full: bool = True  # the next frame starts a full picture
     header: bool = True  # the next frame carries the header (gone, top keys, trips, stats, config)
+
+
+@dataclass(slots=True)
+class _Follow:
+    """A followed agent's last HISTORY calls and the connections following it."""
+
+    calls: deque[CallRow] = field(default_factory=lambda: deque(maxlen=HISTORY))
+    seq: int = 0  # calls recorded since the follow began (the number of the last one)
+    channels: set[Channel] = field(default_factory=set)
 
 
 @dataclass(slots=True)
@@ -287,6 +309,7 @@ class ServerSession:
         self._seq = 0
         self._snapshots: deque[_SnapshotWork] = deque()
         self._stats_sent: tuple[Any, ...] = ()
+        self.follows: dict[str, _Follow] = {}
         self._handlers: dict[type[Request], Callable[[Channel, Any], bytes | Slot | None]] = {
             Hello: self._hello,
             Result: self._result,
@@ -297,6 +320,9 @@ class ServerSession:
             Interrupt: self._interrupt,
             Uninterrupt: self._uninterrupt,
             Reset: self._reset,
+            Override: self._override,
+            Follow: self._follow,
+            Unfollow: self._unfollow,
             Pause: self._pause,
             Resume: self._resume,
             ConfigGet: lambda ch, req: ConfigReply(self.config_frame).encode(req.id),
@@ -409,6 +435,7 @@ class ServerSession:
             if meta is not None:
                 meta.channels.discard(ch)
         ch.agents.clear()
+        self._stop_following(ch)
 
     def _close(self, ch: Channel, last: bytes = b"") -> None:
         """Stop reading `ch`; it closes once its output (and `last`) is out."""
@@ -467,6 +494,8 @@ class ServerSession:
             ch.checked = True
         now = self.clock()
         v = self.guard.check(agent, req.tool, req.args, now, unjudgeable=req.args_unserializable, call_id=req.call_id)
+        if self.follows and agent in self.follows:
+            self._record(self.follows[agent], req, v, now)
         if v.counted or not v.allowed:
             self._dirty.add(agent)
             self.unsaved.add(agent)
@@ -481,6 +510,19 @@ class ServerSession:
             self._trip(agent, req.tool, v.kind or "", v.count, v.limit, now)
         deny = {"id": rid, "decision": "deny", "kind": v.kind, "reason": v.reason, "count": v.count, "limit": v.limit}
         return encode_frame(deny)  # a Decision's shape, without building one (test_protocol_doc holds the fields)
+
+    @staticmethod
+    def _record(follow: _Follow, req: Check, v: Any, now: float) -> None:
+        """One call of a followed agent, into its history."""
+        if not v.allowed:
+            decision = "deny"
+        elif v.warning:
+            decision = "warn"
+        else:
+            decision = "allow" if v.counted else "pass"
+        text = "(args that could not be serialized)" if req.args_unserializable else preview(req.tool, req.args)
+        follow.calls.append(CallRow(now, req.tool, text, decision, v.count, v.limit, v.rule or ""))
+        follow.seq += 1
 
     def _trip(self, agent: str, tool: str, kind: str, count: int, limit: int, now: float) -> None:
         self.jobs.append(IncidentJob(kind, tool, count, limit, agent, now))
@@ -527,6 +569,62 @@ class ServerSession:
         ch.sub = None
         return Done().encode(req.id)
 
+    def _follow(self, ch: Channel, req: Follow) -> bytes:
+        agent = req.agent
+        follow = self.follows.get(agent)
+        if follow is None:
+            mine = self.follows.get(ch.following) if ch.following is not None else None
+            freed = mine is not None and mine.channels == {ch}  # replacing its own follow frees one
+            if len(self.follows) - freed >= MAX_FOLLOWED:
+                return ErrorReply(
+                    "limit", f"{MAX_FOLLOWED} agents are followed already; unfollow one first"
+                ).encode(req.id)
+        self._stop_following(ch)
+        if follow is None:
+            follow = self.follows[agent] = _Follow()
+        follow.channels.add(ch)
+        ch.following = agent
+        ch.follow_seq = -1  # the next tick sends its history and keys
+        return Done(known=self.guard.known(agent), history=HISTORY).encode(req.id)
+
+    def _unfollow(self, ch: Channel, req: Unfollow) -> bytes:
+        self._stop_following(ch)
+        return Done().encode(req.id)
+
+    def _stop_following(self, ch: Channel) -> None:
+        agent, ch.following = ch.following, None
+        if agent is None:
+            return
+        follow = self.follows.get(agent)
+        if follow is not None:
+            follow.channels.discard(ch)
+            if not follow.channels:
+                del self.follows[agent]  # nobody follows it: its history goes
+
+    def _push_calls(self, changed: set[str]) -> None:
+        """A tick: each following connection gets its agent's calls since the last push (and its window's
+        repeated keys when they may have changed). One that reads nothing is skipped; later it gets the
+        last HISTORY calls and how many it missed."""
+        guard = self.guard
+        for agent, follow in self.follows.items():
+            keys: tuple[list[Any], int] | None = None
+            for ch in follow.channels:
+                if ch.backlog_high or ch.closing:
+                    continue
+                fresh = ch.follow_seq < 0
+                new = follow.seq - max(ch.follow_seq, 0) if not fresh else len(follow.calls)
+                if not new and agent not in changed and not fresh:
+                    continue
+                kept = len(follow.calls)
+                calls = list(follow.calls)[kept - min(new, kept) :] if new else []
+                if keys is None:
+                    keys = guard.window_keys(agent, FOLLOW_KEYS)
+                rows = [KeyRow(k.agent, k.tool, k.preview, k.count) for k in keys[0]]
+                dropped = 0 if fresh else max(0, new - kept)
+                ch.urgent.append(CallsEvent(agent, calls, rows, keys[1], dropped).encode())
+                ch.follow_seq = follow.seq
+                self.woken.add(ch)
+
     def _durable(self, ch: Channel, data: bytes) -> Slot:
         """An operator's change is acknowledged once the state store has it (or at once, without one)."""
         slot = Slot()
@@ -569,6 +667,14 @@ class ServerSession:
         self._dirty.add(req.agent)
         self.unsaved.add(req.agent)
         return self._durable(ch, Done(known=known).encode(req.id))
+
+    def _override(self, ch: Channel, req: Override) -> Slot:
+        own = self.guard.override(req.agent, req.limits)
+        if own is not None:
+            self._dirty.add(req.agent)
+            self.unsaved.add(req.agent)
+            log.info("override: agent %r now has %s", req.agent, own or "the config's limits")
+        return self._durable(ch, Done(known=own is not None, override=own).encode(req.id))
 
     def _pause(self, ch: Channel, req: Pause) -> Slot:
         self.guard.pause()
@@ -648,6 +754,7 @@ class ServerSession:
             view.interrupt_reason,
             view.warns,
             view.rule,
+            view.override,
         )
 
     def current_stats(self) -> GuardStats:
@@ -697,6 +804,8 @@ class ServerSession:
         stats_changed = signature != self._stats_sent
         self._stats_sent = signature
         self._seq += 1
+        if self.follows:
+            self._push_calls(changed)
         for ch in subscribers:
             sub = ch.sub
             assert sub is not None

@@ -148,6 +148,8 @@ def encode_agent(agent: str, state: AgentState | None, harness: str, parent: str
         body["tool_calls"] = state.tool_calls
     if state.stall:
         body["stall"] = state.stall
+    if state.limits:
+        body["limits"] = state.limits
     return _frame(_AGENT, agent, orjson.dumps(body))
 
 
@@ -211,6 +213,7 @@ def _decode_agent(agent: str, body: memoryview) -> AgentRecord:
         results={int(k): int(d) for k, d in obj["results"]} if obj.get("results") else None,
         tool_calls={str(k): int(v) for k, v in obj["tool_calls"].items()} if obj.get("tool_calls") else None,
         stall=_stall(obj.get("stall")),
+        limits={str(k): int(v) for k, v in obj["limits"].items()} if obj.get("limits") else None,
     )
     parent = obj.get("parent")
     return AgentRecord(state, str(obj.get("harness") or ""), parent if isinstance(parent, str) else None)

@@ -101,6 +101,14 @@ class GuardLink:
         """Clear `agent`'s counts; whether the guard knew the agent."""
         return _typed(await self._request("reset", agent=agent), "known", bool) is True
 
+    async def override(self, agent: str, limits: dict[str, int | None]) -> dict[str, int] | None:
+        """Give `agent` limits of its own (None takes one off); its limits now, or None if the guard does not know it."""
+        reply = await self._request("override", agent=agent, limits=limits)
+        if _typed(reply, "known", bool) is not True:
+            return None
+        own = _typed(reply, "override", dict) or {}
+        return {k: v for k, v in own.items() if type(v) is int}
+
     async def set_paused(self, paused: bool) -> bool:
         """Pause or resume the guard; whether it is paused now."""
         reply = await self._request("pause" if paused else "resume")

@@ -69,6 +69,9 @@ OPERATOR_REQUESTS = {
     "interrupt": {"agent": "a"},
     "uninterrupt": {"agent": "a"},
     "reset": {"agent": "a"},
+    "override": {"agent": "a", "limits": {"maxCallsPerAgent": 0}},
+    "follow": {"agent": "a"},
+    "unfollow": {},
     "pause": {},
     "resume": {},
     "config_get": {},
@@ -95,6 +98,7 @@ def test_the_harness_plane_refuses_every_op_that_changes_the_guard_or_reads_othe
     assert got[1]["error"]["code"] == "operator_only" and got[1]["id"] == 2
     assert not session.guard.paused and session.guard.config.enabled and ch.sub is None
     assert session.guard.agents() == ["a"] and not session.guard.interrupted("a")
+    assert session.guard.agent_view("a").override == {} and not session.follows
     assert not any(isinstance(job, ConfigJob) for job in session.jobs)
 
 
