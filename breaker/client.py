@@ -38,7 +38,6 @@ from breaker.protocol import (
     Hello,
     InterruptEvent,
     ProtocolError,
-    StateFrame,
 )
 from breaker.wire import GuardUnavailable
 

@@ -19,6 +19,7 @@ from typing import Any
 from breaker import __version__
 from breaker.config import PATCH_ONLY_KEYS, ConfigError
 from breaker.engine import AgentState, AgentView, Guard
+from breaker.keys import preview
 from breaker.protocol import (
     ALLOW_FRAME_TAIL,
     HARNESS,
@@ -67,7 +68,6 @@ from breaker.protocol import (
     decode_request,
     encode_frame,
 )
-from breaker.keys import preview
 from breaker.wire import FrameBuffer
 
 __all__ = [

@@ -18,13 +18,16 @@ from textual.screen import Screen
 from textual.widgets import DataTable
 
 from console.keymap import keymap_path, load_keymap
+from console.screens.agent import AgentScreen
 from console.screens.config import ConfigScreen
 from console.screens.confirm import Choice, ConfirmScreen
 from console.screens.help import HelpScreen
 from console.screens.main import MainScreen
+from console.screens.override import OverrideScreen
 from console.session import GuardSession, OnQuit
 from console.state import ConsoleState
 from console.themes import THEME_VARIABLES, load_themes
+from console.widgets.calls import CallTail
 
 __all__ = ["CBConsole", "keymap_scopes"]
 
@@ -39,6 +42,8 @@ def keymap_scopes() -> dict[str, list[Binding]]:
     app = [b for b in CBConsole.BINDINGS if isinstance(b, Binding)]
     screens: dict[str, list[Binding]] = {
         "main": [*MainScreen.BINDINGS, *DataTable.BINDINGS],  # type: ignore[list-item]
+        "agent": [*AgentScreen.BINDINGS, *CallTail.BINDINGS],  # type: ignore[list-item]
+        "override": list(OverrideScreen.BINDINGS),  # type: ignore[arg-type]
         "config": list(ConfigScreen.BINDINGS),  # type: ignore[arg-type]
         "confirm": list(ConfirmScreen.BINDINGS),  # type: ignore[arg-type]
         "help": list(HelpScreen.BINDINGS),  # type: ignore[arg-type]

@@ -15,7 +15,7 @@ from typing import Any
 
 from breaker import __version__
 from breaker.client import AsyncGuardClient, GuardError, GuardUnavailable
-from breaker.protocol import ConfigFrame, GuardStats, InterruptEvent, StateFrame
+from breaker.protocol import CallsEvent, ConfigFrame, Event, GuardStats, StateFrame
 
 __all__ = ["ConfigSaved", "GuardLink", "LinkError"]
 
@@ -61,11 +61,15 @@ class GuardLink:
             on_event=self._event,
         )
         self.connected = False
+        self.following: str | None = None  # the agent whose calls come to `on_calls` (followed again on reconnect)
+        self.on_calls: Callable[[CallsEvent], None] | None = None
         self._task: asyncio.Task[None] | None = None
 
-    def _event(self, event: InterruptEvent | StateFrame) -> None:
+    def _event(self, event: Event) -> None:
         if isinstance(event, StateFrame):
             self.on_frame(event)
+        elif isinstance(event, CallsEvent) and event.agent == self.following and self.on_calls is not None:
+            self.on_calls(event)
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name="guard-link")
@@ -79,6 +83,8 @@ class GuardLink:
                     self.on_status("unreachable", f"lost the guard at {self.socket_path}; reconnecting")
                 try:
                     await self.client.request("subscribe", timeout=2.0)
+                    if self.following is not None:  # a new connection follows nothing yet
+                        await self.client.request("follow", timeout=2.0, agent=self.following)
                 except (GuardUnavailable, GuardError):
                     await asyncio.sleep(0.3)
                     continue
@@ -102,12 +108,22 @@ class GuardLink:
         return _typed(await self._request("reset", agent=agent), "known", bool) is True
 
     async def override(self, agent: str, limits: dict[str, int | None]) -> dict[str, int] | None:
-        """Give `agent` limits of its own (None takes one off); its limits now, or None if the guard does not know it."""
+        """Give `agent` limits of its own (None takes one off); its limits now, or None for an agent not tracked."""
         reply = await self._request("override", agent=agent, limits=limits)
         if _typed(reply, "known", bool) is not True:
             return None
         own = _typed(reply, "override", dict) or {}
         return {k: v for k, v in own.items() if type(v) is int}
+
+    async def follow(self, agent: str, on_calls: Callable[[CallsEvent], None]) -> None:
+        """Have `agent`'s calls sent to `on_calls` as they happen (one agent at a time), until `unfollow`."""
+        self.following, self.on_calls = agent, on_calls
+        await self._request("follow", agent=agent)
+
+    async def unfollow(self) -> None:
+        self.following, self.on_calls = None, None
+        if self.client.connected:
+            await self._request("unfollow")
 
     async def set_paused(self, paused: bool) -> bool:
         """Pause or resume the guard; whether it is paused now."""

@@ -15,6 +15,7 @@ from console.keymap import MAX_BYTES, keymap_path, load_keymap, parse_keymap
 from console.screens.config import ConfigScreen
 from console.screens.confirm import ConfirmScreen
 from console.screens.help import HelpScreen
+from console.widgets.calls import CallTail
 from tests.test_console_pilot import SIZE, app_for, loop, select, until
 
 FILE = Path("/home/op/.config/cbconsole/keymap.yaml")
@@ -166,7 +167,9 @@ def test_a_clash_that_skipping_another_entry_brings_back_is_found_too():
 
 def test_the_apps_keys_and_the_tables_keys_count_as_taken():
     assert "'ctrl+q' is already app.quit on the main screen" in only_error("main.freeze: ctrl+q\n")
-    assert "'enter' is already a widget's select key on the main screen" in only_error("main.exempt: enter\n")
+    assert "'pageup' is already a widget's page up key on the main screen" in only_error("main.exempt: pageup\n")
+    assert "'enter' is already main.open on the main screen" in only_error("main.exempt: enter\n")
+    assert "'end' is already a widget's follow key on the agent screen" in only_error("agent.reset: end\n")
     assert "'ctrl+s' is already config.save on the config screen" in only_error("config.cancel: ctrl+s\n")
 
 
@@ -199,11 +202,12 @@ def test_every_binding_of_the_console_has_a_unique_dotted_id_and_a_tooltip():
     ids: dict[str, Binding] = {}
     for bindings in keymap_scopes().values():
         for b in bindings:
-            if any(b is t for t in DataTable.BINDINGS):
-                continue  # the tables' own keys: Textual's, without ids, never rebound
-            assert b.id and re.fullmatch(r"(app|main|config|confirm|help)\.[a-z_]+", b.id) and b.tooltip, b
+            if any(b is t for t in (*DataTable.BINDINGS, *CallTail.BINDINGS)):
+                continue  # the tables' own keys and the call tail's (moving the cursor): without ids, never rebound
+            assert b.id and re.fullmatch(r"(app|main|agent|override|config|confirm|help)\.[a-z_]+", b.id), b
+            assert b.tooltip, b
             assert ids.setdefault(b.id, b) is b, f"{b.id} is given to two bindings"
-    assert len(ids) == 21
+    assert len(ids) == 35
 
 
 # -- the console -----------------------------------------------------------------------------------

@@ -20,9 +20,11 @@ import pytest
 from textual.widgets import DataTable, Select, TextArea
 
 from breaker.config import PRESETS
-from breaker.protocol import StateFrame
+from breaker.protocol import CallRow, CallsEvent, KeyRow, StateFrame
 from console.app import CBConsole
+from console.screens.agent import AgentScreen
 from console.screens.config import ConfigScreen
+from console.screens.override import OverrideScreen
 from console.session import GuardSession
 from console.state import ACTIVITY_SECONDS, RATE_SLOTS, ConsoleState
 from console.widgets.agents import AGENT_WIDTH, TOOL_WIDTH, AgentsTable, resizable
@@ -803,3 +805,88 @@ def test_markup_injection_snapshot(snap_compare):
         await pilot.pause()
 
     assert snap_compare(app, terminal_size=SIZE, run_before=run_before)
+
+
+# -- the drill-down ------------------------------------------------------------------------------------
+
+
+def searcher_calls() -> CallsEvent:
+    """What the guard sends for the looping searcher: a few other calls, then its loop, warned and denied."""
+    query = 'web_search query="qwen3.8 gated deltanet repetition fix"'
+    calls = [
+        CallRow(T0 - 30, "read", 'read path="notes/plan.md"', "allow", 1, 6, ""),
+        CallRow(T0 - 29, "todo_write", "todo_write", "pass", 0, 0, ""),
+        *(CallRow(T0 - 28 + i, "web_search", query, "allow", i + 1, 6, "") for i in range(5)),
+        CallRow(T0 - 22, "web_search", query, "warn", 6, 6, "duplicate"),
+        *(CallRow(T0 - 21 + i, "web_search", query, "deny", 6, 6, "duplicate") for i in range(12)),
+    ]
+    keys = [
+        KeyRow("session-demo-searcher", "web_search", query, 6),
+        KeyRow("session-demo-searcher", "read", 'read path="notes/plan.md"', 2),
+    ]
+    return CallsEvent("session-demo-searcher", calls, keys, distinct=4)
+
+
+DRILL = {
+    **STATES["looping"],
+    "agents": [
+        *(a for a in STATES["looping"]["agents"] if a["agent"] != "session-demo-searcher"),
+        {
+            **agent(
+                "session-demo-searcher",
+                7,
+                6,
+                "duplicate",
+                "web_search",
+                denies={"duplicate": 12},
+                warns={"duplicate": 1},
+                preview='web_search query="qwen3.8 gated deltanet repetition fix"',
+            ),
+            "cap": 300,
+            "override": {"maxCallsPerAgent": 300},
+        },
+        agent("session-demo-searcher-sub-1", 3, 1, "ok", "read", parent="session-demo-searcher"),
+        agent("session-demo-searcher-sub-2", 6, 6, "duplicate", "grep", parent="session-demo-searcher"),
+    ],
+}
+DRILL_SIZES = [(80, 24), (120, 40)]
+
+
+@pytest.mark.parametrize("size", DRILL_SIZES, ids=[f"{w}x{h}" for w, h in DRILL_SIZES])
+def test_drilldown_snapshot(snap_compare, size):
+    """enter on an agent: who it is and its limits (an override marked), its family, its calls as they came
+    (the newest at the bottom), the calls repeated in its window and its trips; at 80x24 too."""
+    app = make_app("dark")
+
+    async def run_before(pilot) -> None:
+        await mounted(pilot)
+        inject(app, frame(DRILL), RATES)
+        table = app.query_one(AgentsTable)
+        table.move_cursor(row=table.get_row_index("session-demo-searcher"))
+        await pilot.pause()
+        await pilot.press("enter")
+        while not isinstance(app.screen, AgentScreen):
+            await pilot.pause()
+        app.screen.follow.apply(searcher_calls())
+        app.screen.flush()
+        await pilot.pause()
+
+    assert snap_compare(app, terminal_size=size, run_before=run_before)
+
+
+def test_override_form_snapshot(snap_compare):
+    """o: the agent's own cap and duplicate limit, the config's values beside them, an empty box for none."""
+    app = make_app("dark")
+
+    async def run_before(pilot) -> None:
+        await mounted(pilot)
+        inject(app, frame(DRILL), RATES)
+        table = app.query_one(AgentsTable)
+        table.move_cursor(row=table.get_row_index("session-demo-searcher"))
+        await pilot.pause()
+        await pilot.press("o")
+        while not isinstance(app.screen, OverrideScreen):
+            await pilot.pause()
+        await pilot.pause()
+
+    assert snap_compare(app, terminal_size=(120, 40), run_before=run_before)

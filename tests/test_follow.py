@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from breaker import Config
-from breaker.protocol import ClientSession, CallsEvent
+from breaker.protocol import CallsEvent, ClientSession
 from breaker.session import HISTORY, MAX_FOLLOWED
 from tests.test_session_protocol import Guardian, check
 

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from typing import Any
+
 from rich.table import Table
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
-from textual.screen import ModalScreen
+from textual.screen import ModalScreen, Screen
 from textual.widgets import Static
 
-__all__ = ["HelpScreen"]
+__all__ = ["HelpScreen", "keys_in_force"]
 
 ABOUT = (
     "cbconsole watches the guard that sits between your agents and their tools. A call is denied when "
@@ -20,6 +23,17 @@ ABOUT = (
     "the kind of deny its next call meets. Rows are sorted most dangerous first: duplicate, cap, "
     "interrupted, then whoever is closest to a limit.\n"
 )
+
+
+def keys_in_force(screen: Screen[Any], bindings: Iterable[Binding | tuple[str, ...]]) -> list[tuple[str, str, str]]:
+    """Each of `bindings` (then the app's), with the keys that run it now: Textual's active bindings, so the
+    user's keymap applied ("—" for one whose keys the focused widget takes, as the filter box takes letters)."""
+    keys: dict[str, list[str]] = {}
+    for key, active in screen.active_bindings.items():
+        if active.binding.id:
+            keys.setdefault(active.binding.id, []).append(key)
+    listed = [b for b in (*bindings, *screen.app.BINDINGS) if isinstance(b, Binding)]
+    return [(",".join(keys.get(b.id or "", [])) or "—", b.description, b.tooltip) for b in listed]
 
 
 class HelpScreen(ModalScreen[None]):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable, Iterable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from datetime import datetime
 from typing import Any, TypeVar
 
@@ -13,19 +13,20 @@ from textual.app import ComposeResult, SystemCommand
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.screen import Screen
-from textual.widgets import Footer, Input, Static
+from textual.widgets import DataTable, Footer, Input, Static
 
-from console.link import GuardLink, LinkError
+from console.actions import Actions
+from console.link import GuardLink
 from console.report import report_json, reports_dir, save_report
+from console.screens.agent import AgentScreen
 from console.screens.config import ConfigScreen
 from console.screens.confirm import Choice, ConfirmScreen
-from console.screens.help import HelpScreen
+from console.screens.help import HelpScreen, keys_in_force
 from console.session import GuardSession
 from console.state import ConsoleState
 from console.themes import THEME_VARIABLES
 from console.widgets.activity import ActivityChart
 from console.widgets.agents import AgentsTable
-from console.widgets.cells import plain
 from console.widgets.detail import AgentDetail
 from console.widgets.header import GuardHeader
 from console.widgets.keys import KeysTable
@@ -36,8 +37,7 @@ __all__ = ["MainScreen"]
 T = TypeVar("T")
 
 FLUSH_HZ = 10
-MUTATING = frozenset({"interrupt", "uninterrupt", "reset", "pause_guard", "edit_config", "exempt"})
-INTERRUPT_REASON = "interrupted by the operator from cbconsole"
+MUTATING = frozenset({"interrupt", "uninterrupt", "reset", "pause_guard", "edit_config", "exempt", "override"})
 SHORT = 20  # rows from which the top repeated calls and the trips show, a few rows each
 TALL = 32  # rows from which they get their full height
 
@@ -72,6 +72,13 @@ class MainScreen(Screen[None]):
         ),
         Binding("x", "exempt", "Exempt", id="main.exempt", tooltip="Exempt (or un-exempt) the selected key's tool"),
         Binding(
+            "o",
+            "override",
+            "Override",
+            id="main.override",
+            tooltip="Give the selected agent its own cap or duplicate limit",
+        ),
+        Binding(
             "p",
             "pause_guard",
             "Pause guard",
@@ -85,7 +92,20 @@ class MainScreen(Screen[None]):
             "q", "app.quit", "Quit", id="main.quit", tooltip="Quit (asks before stopping a guard that harnesses use)"
         ),
         Binding(
-            "r", "reset", "Reset", id="main.reset", show=False, tooltip="Clear the selected (or marked) agents' counts"
+            "enter",
+            "open_agent",
+            "Open",
+            id="main.open",
+            show=False,
+            tooltip="Open the selected agent: its live calls, window, trips, family and actions",
+        ),
+        Binding(
+            "r",
+            "reset",
+            "Reset",
+            id="main.reset",
+            show=False,
+            tooltip="Clear the selected (or marked) agents' counts and overrides",
         ),
         Binding("u", "uninterrupt", "Uninterrupt", id="main.uninterrupt", show=False, tooltip="Lift an interrupt"),
         Binding(
@@ -143,6 +163,7 @@ class MainScreen(Screen[None]):
         self.frozen = False
         self._drawn = -1  # the state version last drawn
         self._drawn_at = 0.0
+        self.actions = Actions(self, session, state)
 
     # -- layout -------------------------------------------------------------------------------------
 
@@ -231,15 +252,7 @@ class MainScreen(Screen[None]):
 
     async def ask_guard(self, what: str, op: Callable[[GuardLink], Awaitable[T]]) -> T | None:
         """Run an operator op; None (and the operator told why) if there is no guard or it failed."""
-        link = self.session.link
-        if link is None:
-            self.notify("Not connected to a guard yet.", severity="warning", markup=False)
-            return None
-        try:
-            return await op(link)
-        except LinkError as exc:
-            self.notify(str(exc), title=f"{what} failed", severity="error", markup=False)
-            return None
+        return await self.actions.ask(what, op)
 
     # -- actions ------------------------------------------------------------------------------------
 
@@ -255,58 +268,24 @@ class MainScreen(Screen[None]):
         selected = self.agents_table.selected
         return [selected] if selected and selected in self.state.agents else []
 
-    @staticmethod
-    def _names(agents: Iterable[str]) -> Text:
-        text = Text()
-        for i, agent in enumerate(agents):
-            text.append("\n  • " if i else "  • ")
-            text.append_text(plain(agent))
-        return text
-
     def action_interrupt(self) -> None:
-        agents = self.targets()
-        if not agents:
-            self.notify("Select an agent first (or mark some with space).", severity="warning", markup=False)
-            return
-        body = Text(f"Stop {len(agents)} agent{'s' if len(agents) > 1 else ''}:\n")
-        body.append_text(self._names(agents))
-        body.append(
-            "\n\nTheir harness is told to stop them where it can (dsh cancels, Claude Code "
-            "stops its loop), and every later tool call of theirs is denied."
-        )
-
-        async def done(choice: str | None) -> None:
-            if choice != "yes":
-                return
-            told = 0
-            for agent in agents:
-                notified = await self.ask_guard("interrupt", _op(GuardLink.interrupt, agent, INTERRUPT_REASON))
-                if notified is None:
-                    return
-                told += notified
-            self.state.clear_marks()
-            self.notify(f"Interrupted {len(agents)} agent(s); {told} harness connection(s) told.", markup=False)
-
-        self.app.push_screen(
-            ConfirmScreen(
-                "Interrupt agents?",
-                body,
-                [Choice("no", "Cancel", key="n"), Choice("yes", "Interrupt", "error", key="y")],
-            ),
-            done,
-        )
+        self.actions.interrupt(self.targets(), done=self.state.clear_marks)
 
     async def action_uninterrupt(self) -> None:
-        for agent in self.targets():
-            await self.ask_guard("uninterrupt", _op(GuardLink.uninterrupt, agent))
+        await self.actions.uninterrupt(self.targets())
 
     async def action_reset(self) -> None:
-        agents = self.targets()
-        for agent in agents:
-            if await self.ask_guard("reset", _op(GuardLink.reset, agent)) is None:
-                return
-        if agents:
-            self.notify(f"Reset the counts of {len(agents)} agent(s).", markup=False)
+        await self.actions.reset(self.targets())
+
+    def action_override(self) -> None:
+        self.actions.override(self.agents_table.selected)
+
+    def action_open_agent(self) -> None:
+        agent = self.agents_table.selected
+        if not agent or agent not in self.state.agents:
+            self.notify("Select an agent first.", severity="warning", markup=False)
+            return
+        self.app.push_screen(AgentScreen(agent, self.state, self.session, readonly=self.readonly, clock=self.clock))
 
     def action_pause_guard(self) -> None:
         if self.state.paused:
@@ -363,45 +342,7 @@ class MainScreen(Screen[None]):
         return agent.data.worst_tool or agent.data.last_tool or None
 
     def action_exempt(self) -> None:
-        tool = self.selected_tool()
-        if not tool:
-            self.notify("Select an agent or a repeated call first.", severity="warning", markup=False)
-            return
-        exempt = list(self.state.exempt)
-        removing = tool in exempt
-        new = [t for t in exempt if t != tool] if removing else [*exempt, tool]
-        body = Text()
-        body.append("Un-exempt " if removing else "Exempt ")
-        body.append_text(plain(tool, style="bold"))
-        body.append(
-            ": the guard will judge it again for every agent."
-            if removing
-            else ": the guard will stop judging it for every agent (never denied, never counted)."
-        )
-        target = self.state.config.target
-        body.append(f"\n\nWritten to {target}." if target else "")
-
-        async def done(choice: str | None) -> None:
-            if choice != "yes":
-                return
-            saved = await self.ask_guard("config_set", lambda link: link.config_set({"exempt": new}))
-            if saved is None:
-                return
-            if saved.config is not None:
-                self.state.set_config(saved.config)
-            self.notify(("Un-exempted " if removing else "Exempted ") + tool, markup=False)
-
-        self.app.push_screen(
-            ConfirmScreen(
-                "Change exempt tools?",
-                body,
-                [
-                    Choice("no", "Cancel", key="n"),
-                    Choice("yes", "Un-exempt" if removing else "Exempt", "warning", key="y"),
-                ],
-            ),
-            done,
-        )
+        self.actions.exempt(self.selected_tool())
 
     def action_mark(self) -> None:
         table = self.agents_table
@@ -468,6 +409,12 @@ class MainScreen(Screen[None]):
             self.state.set_filter("")
             self.agents_table.focus()
 
+    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+        """`enter` on an agent (the table takes the key itself): its drill-down."""
+        if event.data_table is self.agents_table and not self.session.ending:
+            event.stop()
+            self.action_open_agent()
+
     def on_agents_table_selected(self, event: AgentsTable.Selected) -> None:
         if self.session.ending:
             return
@@ -496,13 +443,8 @@ class MainScreen(Screen[None]):
         self.app.push_screen(HelpScreen(self.keys_in_force()))
 
     def keys_in_force(self) -> list[tuple[str, str, str]]:
-        """Each binding help lists, with the keys that run it now: Textual's active bindings, so the user's
-        keymap applied ("—" for one whose keys the focused widget takes, as the filter box takes letters)."""
-        keys: dict[str, list[str]] = {}
-        for key, active in self.active_bindings.items():
-            if active.binding.id:
-                keys.setdefault(active.binding.id, []).append(key)
-        return [(",".join(keys.get(b.id or "", [])) or "—", b.description, b.tooltip) for b in self.key_bindings()]
+        """Each binding help lists, with the keys that run it now (the user's keymap applied)."""
+        return keys_in_force(self, self.BINDINGS)
 
     def commands(self) -> Iterator[SystemCommand]:
         """Every action of this screen, for the command palette."""

@@ -75,6 +75,10 @@ class AgentDetail(Static):
             if part:
                 bottom.append_text(part)
                 bottom.append("   ")
+        if d.override:
+            bottom.append("override ", style=colors["warn"])
+            bottom.append(", ".join(f"{k} {v:,}" for k, v in sorted(d.override.items())), style=colors["warn"])
+            bottom.append("   ")
         if d.interrupt_reason is not None:
             bottom.append("interrupted: ", style=colors["interrupted"])
             bottom.append_text(plain(d.interrupt_reason or "by the operator"))

@@ -1,0 +1,174 @@
+"""The drill-down (enter on an agent) and per-agent overrides, in the real console against a real guard."""
+
+from __future__ import annotations
+
+import asyncio
+
+from textual.widgets import Input
+
+from breaker.client import GuardClient
+from console.screens.agent import AgentScreen
+from console.screens.confirm import ConfirmScreen
+from console.screens.main import MainScreen
+from console.screens.override import OverrideScreen, parse_limits
+from console.widgets.agents import AgentsTable
+from console.widgets.calls import CallTail
+from console.widgets.detail import AgentDetail
+from tests.conftest import request
+from tests.test_console_pilot import SIZE, app_for, cell, loop, select, text_of, until
+
+
+def snapshot_row(guard, agent: str) -> dict:
+    rows = request(guard.operator, {"op": "snapshot", "id": 1})["state"]["agents"]
+    return next(r for r in rows if r["agent"] == agent)
+
+
+def tail_lines(screen: AgentScreen) -> list[str]:
+    return [c.preview for c in screen.follow.calls]
+
+
+async def open_agent(pilot, app, agent: str) -> AgentScreen:
+    await select(pilot, app, agent)
+    await pilot.press("enter")
+    await until(pilot, lambda: isinstance(app.screen, AgentScreen), what="the drill-down")
+    screen = app.screen
+    assert isinstance(screen, AgentScreen) and screen.agent == agent
+    await until(pilot, lambda: app.session.link.following == agent, what="following the agent")
+    return screen
+
+
+async def test_enter_opens_the_agent_its_calls_arrive_live_with_decision_and_escape_returns_to_it(guard):
+    app = app_for(guard)
+    async with app.run_test(size=SIZE) as pilot:
+        await asyncio.to_thread(loop, guard, "quiet", 1, "read", {"path": "q"})
+        await asyncio.to_thread(loop, guard, "looper", 2, harness="dsh", parent="root-7")
+        screen = await open_agent(pilot, app, "looper")
+        await asyncio.sleep(0.3)  # the follow is in force: calls from now on are in the tail
+        await asyncio.to_thread(loop, guard, "looper", 6, harness="dsh", parent="root-7")
+        await until(pilot, lambda: len(screen.follow.calls) == 6, what="six calls in the tail")
+        calls = list(screen.follow.calls)
+        assert [c.decision for c in calls] == ["allow"] * 4 + ["deny", "deny"]
+        assert (calls[4].count, calls[4].limit, calls[4].rule) == (6, 6, "duplicate")
+        assert calls[0].preview == 'web_search query="the same"'
+        assert [(k.count, k.preview) for k in screen.follow.keys] == [(6, 'web_search query="the same"')]
+        await until(pilot, lambda: "6/6" in text_of(screen.head), what="the head redrawn")
+        head = text_of(screen.head)
+        assert "looper" in head and "duplicate" in head and "via dsh" in head and "denies duplicate 2" in head
+        family = text_of(screen.family)
+        assert "parent root-7" in family and "subagents (0) none" in family
+        await until(pilot, lambda: screen.keys.row_count == 1, what="the window's repeated call")
+        assert [c.plain for c in screen.keys.get_row_at(0)] == ["6/6", 'web_search query="the same"']
+        await until(pilot, lambda: screen.trips.row_count == 1, what="its trip")
+        assert [c.plain for c in screen.trips.get_row_at(0)][1:] == ["duplicate", "6/6", "web_search"]
+        await pilot.press("escape")
+        await until(pilot, lambda: isinstance(app.screen, MainScreen), what="back on the list")
+        assert app.query_one(AgentsTable).selected == "looper"
+        await until(pilot, lambda: app.session.link.following is None, what="no longer following")
+
+
+async def test_the_tail_draws_the_visible_calls_and_the_cursor_leaves_and_rejoins_the_newest(guard):
+    app = app_for(guard)
+    async with app.run_test(size=SIZE) as pilot:
+        await asyncio.to_thread(loop, guard, "busy", 1, "read", {"path": "0"})
+        screen = await open_agent(pilot, app, "busy")
+        await asyncio.sleep(0.3)
+        client = GuardClient(guard.socket)
+        await asyncio.to_thread(lambda: [client.check("busy", "read", {"path": str(i)}) for i in range(1, 61)])
+        client.close()
+        await until(pilot, lambda: screen.follow.received == 60, what="sixty calls")
+        tail = app.screen.query_one(CallTail)
+        await pilot.pause(0.2)
+        visible = [tail.render_line(y).text for y in range(tail.size.height)]
+        assert 'read path="60"' in visible[-1]  # the newest at the bottom, in view
+        await pilot.press("up", "up")
+        assert tail.current is not None and tail.current.preview == 'read path="58"'
+        await pilot.press("end")
+        assert tail.selected is None and tail.current.preview == 'read path="60"'
+
+
+async def test_an_override_from_the_drill_down_raises_one_agents_cap_and_shows_in_its_row(guard_factory):
+    guard = guard_factory(patch_text="- id: circuit-breaker\n  config:\n    maxCallsPerAgent: 4\n")
+    app = app_for(guard)
+    async with app.run_test(size=SIZE) as pilot:
+        verdicts = await asyncio.to_thread(loop, guard, "capped", 5, "read", {"path": "x"})
+        assert [v.allowed for v in verdicts] == [True] * 4 + [False]
+        await asyncio.to_thread(loop, guard, "other", 5, "read", {"path": "x"})
+        screen = await open_agent(pilot, app, "capped")
+        await pilot.press("o")
+        await until(pilot, lambda: isinstance(app.screen, OverrideScreen), what="the override form")
+        form = app.screen
+        form.query_one("#limit-maxCallsPerAgent", Input).value = "10"
+        await pilot.press("ctrl+s")
+        await until(pilot, lambda: app.screen is screen, what="the form closed")
+        await until(pilot, lambda: snapshot_row(guard, "capped")["override"] == {"maxCallsPerAgent": 10})
+        more = await asyncio.to_thread(loop, guard, "capped", 7, "read", {"path": "y"})
+        assert [v.allowed for v in more] == [True] * 6 + [False]  # 4 + 6 = 10, then capped again
+        assert not (await asyncio.to_thread(loop, guard, "other", 1, "read", {"path": "z"}))[0].allowed
+        await until(pilot, lambda: "(own cap 10)" in text_of(screen.head), what="the head")
+        await pilot.press("escape")
+        table = app.query_one(AgentsTable)
+        await until(pilot, lambda: cell(table, "capped", "cap").plain == "10/10*", what="the row's cap cell")
+        assert cell(table, "other", "cap").plain == "4/4"
+        assert "override maxCallsPerAgent 10" in text_of(app.query_one(AgentDetail))
+        await pilot.press("r")  # a reset takes the override off with the counts
+        await until(pilot, lambda: snapshot_row(guard, "capped")["override"] == {}, what="the override cleared")
+        await until(pilot, lambda: cell(table, "capped", "cap").plain == "0/4", what="the row redrawn")
+
+
+async def test_an_override_from_the_list_lowers_one_agents_duplicate_limit(guard):
+    app = app_for(guard)
+    async with app.run_test(size=SIZE) as pilot:
+        await asyncio.to_thread(loop, guard, "strict", 1)
+        await select(pilot, app, "strict")
+        await pilot.press("o")
+        await until(pilot, lambda: isinstance(app.screen, OverrideScreen), what="the override form")
+        app.screen.query_one("#limit-duplicateLimit", Input).value = "0"
+        await pilot.press("ctrl+s")
+        error = app.screen.query_one("#error-duplicateLimit")
+        assert "duplicateLimit must be an integer from 1" in str(error.content)  # refused in the form, nothing sent
+        assert snapshot_row(guard, "strict")["override"] == {}
+        app.screen.query_one("#limit-duplicateLimit", Input).value = "2"
+        await pilot.press("ctrl+s")
+        await until(pilot, lambda: snapshot_row(guard, "strict")["override"] == {"duplicateLimit": 2})
+        verdicts = await asyncio.to_thread(loop, guard, "strict", 2)
+        assert [v.allowed for v in verdicts] == [True, False]
+        table = app.query_one(AgentsTable)
+        await until(pilot, lambda: cell(table, "strict", "worst").plain.endswith("2/2*"), what="the worst cell")
+
+
+async def test_interrupt_and_exempt_from_the_drill_down_act_on_that_agent_and_the_call_under_the_cursor(guard):
+    app = app_for(guard)
+    async with app.run_test(size=SIZE) as pilot:
+        await asyncio.to_thread(loop, guard, "target", 1, "grep", {"p": "x"})
+        screen = await open_agent(pilot, app, "target")
+        await asyncio.sleep(0.3)
+        await asyncio.to_thread(loop, guard, "target", 1, "grep", {"p": "y"})
+        await until(pilot, lambda: screen.follow.received == 1, what="the call")
+        await pilot.press("x")
+        await until(pilot, lambda: isinstance(app.screen, ConfirmScreen), what="the exempt confirmation")
+        assert "Exempt grep" in str(app.screen.query_one("#body").content)
+        await pilot.press("y")
+        await until(
+            pilot,
+            lambda: "grep" in request(guard.operator, {"op": "config_get", "id": 1})["config"]["values"]["exempt"],
+        )
+        await pilot.press("i")
+        await until(pilot, lambda: isinstance(app.screen, ConfirmScreen), what="the interrupt confirmation")
+        assert "target" in str(app.screen.query_one("#body").content)
+        await pilot.press("y")
+        await until(pilot, lambda: snapshot_row(guard, "target")["status"] == "interrupted", what="interrupted")
+        denied = await asyncio.to_thread(loop, guard, "target", 1, "read", {"path": "z"})
+        assert denied[0].kind == "interrupted"
+        await until(pilot, lambda: screen.follow.received == 2 and screen.follow.calls[-1].decision == "deny")
+
+
+def test_the_form_sends_only_what_changed_and_an_empty_box_takes_an_override_off():
+    assert parse_limits({"maxCallsPerAgent": "1,000", "duplicateLimit": ""}, {}) == ({"maxCallsPerAgent": 1000}, {})
+    assert parse_limits(
+        {"maxCallsPerAgent": "", "duplicateLimit": "9"}, {"maxCallsPerAgent": 50, "duplicateLimit": 9}
+    ) == (
+        {"maxCallsPerAgent": None},
+        {},
+    )
+    limits, errors = parse_limits({"maxCallsPerAgent": "lots", "duplicateLimit": "-1"}, {})
+    assert limits == {} and set(errors) == {"maxCallsPerAgent", "duplicateLimit"}
