@@ -109,7 +109,7 @@ async def test_an_override_from_the_drill_down_raises_one_agents_cap_and_shows_i
         table = app.query_one(AgentsTable)
         await until(pilot, lambda: cell(table, "capped", "cap").plain == "10/10*", what="the row's cap cell")
         assert cell(table, "other", "cap").plain == "4/4"
-        assert "override maxCallsPerAgent 10" in text_of(app.query_one(AgentDetail))
+        assert "own cap 10" in text_of(app.query_one(AgentDetail))
         await pilot.press("r")  # a reset takes the override off with the counts
         await until(pilot, lambda: snapshot_row(guard, "capped")["override"] == {}, what="the override cleared")
         await until(pilot, lambda: cell(table, "capped", "cap").plain == "0/4", what="the row redrawn")

@@ -158,3 +158,16 @@ def test_the_client_reads_a_calls_event_with_wrong_fields_as_what_it_can(garbage
 
     (event,) = client.receive(orjson.dumps(frame) + b"\n")
     assert isinstance(event, CallsEvent) and event.agent == "a"
+
+
+def test_the_guard_keeps_at_most_max_followed_times_history_calls_each_with_a_preview_of_at_most_100_characters():
+    g = Guardian(Config().replace(max_calls_per_agent=0))
+    harness = g.conn()
+    for i in range(MAX_FOLLOWED):
+        g.conn("operator").ask({"op": "follow", "id": 1, "agent": f"a{i}"})
+    for n in range(HISTORY + 50):
+        for i in range(MAX_FOLLOWED):
+            harness.send(check(n, f"a{i}", "web_search", {"query": "x" * 500, "n": n}))
+    calls = [c for f in g.session.follows.values() for c in f.calls]
+    assert len(calls) == MAX_FOLLOWED * HISTORY
+    assert max(len(c.preview) for c in calls) == 100

@@ -23,7 +23,7 @@ from console.session import GuardSession
 from console.state import ConsoleState
 from console.themes import THEME_VARIABLES
 from console.widgets.calls import HEADER, CallTail
-from console.widgets.cells import age, clip, gauge, kind_color, plain, ratio_color, status_text
+from console.widgets.cells import age, clip, gauge, kind_color, own_limits, plain, ratio_color, status_text
 from console.widgets.detail import counts_text
 
 if TYPE_CHECKING:
@@ -34,7 +34,6 @@ __all__ = ["AgentScreen", "family_text", "head_text"]
 FLUSH_HZ = 10
 MUTATING = frozenset({"interrupt", "uninterrupt", "reset", "exempt", "override"})
 FAMILY_SHOWN = 8  # subagents named on the family line; the rest are counted
-OWN = {"maxCallsPerAgent": "own cap", "duplicateLimit": "own duplicate limit"}  # an override, as the head says it
 
 
 def head_text(agent: Agent | None, agent_id: str, colors: Mapping[str, str], now: float) -> Text:
@@ -56,9 +55,10 @@ def head_text(agent: Agent | None, agent_id: str, colors: Mapping[str, str], now
     line = Text(no_wrap=True, overflow="ellipsis")
     line.append("calls ", style=colors["muted"])
     line.append(f"{d.calls:,}/{d.cap:,}" if d.cap else f"{d.calls:,}/∞")
-    for key, word in OWN.items():  # the operator's limits for it, next to what they change
-        if key in d.override:
-            line.append(f" ({word} {d.override[key]:,})", style=f"bold {colors['warn']}")
+    if d.override:  # the operator's limits for it, next to what they change
+        line.append(" (")
+        line.append_text(own_limits(d.override, colors))
+        line.append(")")
     line.append("   worst repeat ", style=colors["muted"])
     line.append_text(gauge(d.worst_count, d.duplicate_limit or 1, colors, width=6))
     line.append(f"   window {d.window_fill}/{d.window}", style=colors["muted"])

@@ -13,6 +13,7 @@ __all__ = [
     "clip",
     "gauge",
     "kind_color",
+    "own_limits",
     "plain",
     "ratio_color",
     "sparkline",
@@ -118,4 +119,17 @@ def status_text(status: str, rule: str, colors: Mapping[str, str]) -> Text:
     if status == "warned" and rule:
         text.append(" · ", style=color)
         text.append_text(plain(rule, style=color))
+    return text
+
+
+OWN_WORDS = {"maxCallsPerAgent": "own cap", "duplicateLimit": "own duplicate limit"}  # an agent's override, in words
+
+
+def own_limits(override: Mapping[str, int], colors: Mapping[str, str]) -> Text:
+    """`own cap 400 · own duplicate limit 10`: the limits the operator gave one agent (empty for none)."""
+    text = Text(no_wrap=True)
+    for key, word in OWN_WORDS.items():
+        if key in override:
+            text.append(" · " if text else "", style=colors["muted"])
+            text.append(f"{word} {override[key]:,}", style=f"bold {colors['warn']}")
     return text

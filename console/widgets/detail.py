@@ -9,7 +9,7 @@ from rich.text import Text
 from textual.widgets import Static
 
 from console.state import Agent
-from console.widgets.cells import age, by_kind, plain, sparkline
+from console.widgets.cells import age, by_kind, own_limits, plain, sparkline
 
 __all__ = ["AgentDetail", "counts_text"]
 
@@ -76,8 +76,7 @@ class AgentDetail(Static):
                 bottom.append_text(part)
                 bottom.append("   ")
         if d.override:
-            bottom.append("override ", style=colors["warn"])
-            bottom.append(", ".join(f"{k} {v:,}" for k, v in sorted(d.override.items())), style=colors["warn"])
+            bottom.append_text(own_limits(d.override, colors))
             bottom.append("   ")
         if d.interrupt_reason is not None:
             bottom.append("interrupted: ", style=colors["interrupted"])
