@@ -172,3 +172,38 @@ def test_the_form_sends_only_what_changed_and_an_empty_box_takes_an_override_off
     )
     limits, errors = parse_limits({"maxCallsPerAgent": "lots", "duplicateLimit": "-1"}, {})
     assert limits == {} and set(errors) == {"maxCallsPerAgent", "duplicateLimit"}
+
+
+async def test_shift_p_opens_the_parent_and_c_copies_the_agents_id(guard):
+    app = app_for(guard)
+    async with app.run_test(size=SIZE) as pilot:
+        await asyncio.to_thread(loop, guard, "root-1", 1, "read", {"path": "r"})
+        await asyncio.to_thread(loop, guard, "child-1", 1, "read", {"path": "c"}, parent="root-1")
+        screen = await open_agent(pilot, app, "child-1")
+        await until(pilot, lambda: "parent root-1" in text_of(screen.family), what="the family line")
+        await pilot.press("c")
+        assert app.clipboard == "child-1"
+        await pilot.press("P")
+        await until(pilot, lambda: isinstance(app.screen, AgentScreen) and app.screen.agent == "root-1")
+        await until(pilot, lambda: app.session.link.following == "root-1", what="following the parent")
+        parent = app.screen
+        await until(pilot, lambda: "subagents (1) child-1 (ok)" in text_of(parent.family), what="its subagent")
+        await pilot.press("escape")
+        await until(pilot, lambda: isinstance(app.screen, MainScreen), what="back on the list")
+        assert app.query_one(AgentsTable).selected == "child-1"
+
+
+async def test_a_read_only_console_follows_an_agent_but_cannot_change_it(guard):
+    app = app_for(guard, readonly=True)
+    async with app.run_test(size=SIZE) as pilot:
+        await asyncio.to_thread(loop, guard, "watched", 1)
+        screen = await open_agent(pilot, app, "watched")
+        await asyncio.sleep(0.3)
+        await asyncio.to_thread(loop, guard, "watched", 1)
+        await until(pilot, lambda: screen.follow.received == 1, what="its call")
+        for key in ("o", "i", "r", "x"):
+            await pilot.press(key)
+            await pilot.pause(0.1)
+            assert app.screen is screen, key  # no form, no confirmation
+        row = snapshot_row(guard, "watched")
+        assert (row["calls"], row["override"], row["status"]) == (2, {}, "ok")
