@@ -207,3 +207,27 @@ async def test_a_read_only_console_follows_an_agent_but_cannot_change_it(guard):
             assert app.screen is screen, key  # no form, no confirmation
         row = snapshot_row(guard, "watched")
         assert (row["calls"], row["override"], row["status"]) == (2, {}, "ok")
+
+
+async def test_after_the_guard_restarts_the_open_drill_down_follows_the_agent_again(guard):
+    app = app_for(guard)
+    async with app.run_test(size=SIZE) as pilot:
+        await asyncio.to_thread(loop, guard, "survivor", 1, "read", {"path": "0"})
+        screen = await open_agent(pilot, app, "survivor")
+        old_pid = guard.proc.pid
+        await asyncio.to_thread(guard.kill9)
+        await asyncio.to_thread(guard.start)
+        await until(pilot, lambda: app.state.stats is not None and app.state.stats.pid not in (0, old_pid), timeout=20)
+        for _ in range(200):  # the console follows again once it has reconnected: a call then reaches the tail
+            await asyncio.to_thread(loop, guard, "survivor", 1, "read", {"path": "probe"})
+            if screen.follow.received:
+                break
+            await pilot.pause(0.1)
+        assert screen.follow.received >= 1
+        await asyncio.to_thread(loop, guard, "survivor", 3, "grep", {"p": "after"})
+
+        def greps() -> list[tuple[str, int]]:
+            return [(c.tool, c.count) for c in screen.follow.calls if c.tool == "grep"]
+
+        await until(pilot, lambda: len(greps()) == 3, timeout=20, what="its calls after the restart")
+        assert greps() == [("grep", 1), ("grep", 2), ("grep", 3)]
