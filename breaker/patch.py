@@ -15,7 +15,6 @@ import os
 import re
 import shlex
 import stat
-import tempfile
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,6 +26,7 @@ from yaml.events import AliasEvent
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 from breaker.config import Config, ConfigError, Problem, describe_value
+from breaker.paths import TempFileError, write_atomic
 
 __all__ = [
     "MAX_DEPTH",
@@ -944,7 +944,7 @@ def _temp_name(name: str) -> re.Pattern[str]:
 
 
 def _atomic_write(target: Path, payload: bytes, before_rename: Callable[[], None]) -> None:
-    """Write beside the target, fsync, rename over it: a crash at any point leaves old or new, never half.
+    """Write beside the target, fsync, rename over it (`paths.write_atomic`), keeping the target's mode.
 
     `before_rename` runs last, just before the rename, and may raise to call the write off.
     """
@@ -954,33 +954,11 @@ def _atomic_write(target: Path, payload: bytes, before_rename: Callable[[], None
     except FileNotFoundError:
         mode = 0o644
     try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=_TEMP_SUFFIX, dir=target.parent)
-    except OSError as exc:
+        write_atomic(target, payload, mode=mode, suffix=_TEMP_SUFFIX, before_rename=before_rename)
+    except TempFileError as exc:
         raise PatchError(
             target, f"cannot be saved: no file can be created in {target.parent} ({exc.strerror or exc})"
         ) from None
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(payload)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, mode)
-        before_rename()
-        os.replace(tmp, target)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-    try:
-        dir_fd = os.open(target.parent, os.O_RDONLY | os.O_DIRECTORY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
-    except OSError:
-        pass  # the rename is done; a directory fsync is best effort on some filesystems
 
 
 def clean_stale_temps(sources: PatchSources) -> list[Path]:

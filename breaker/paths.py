@@ -13,7 +13,7 @@ import sys
 
 TYPE_CHECKING = False  # not typing's: importing typing costs cbhook ~2 ms per tool call
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Callable, Mapping
     from pathlib import Path
     from typing import Any
 
@@ -21,6 +21,7 @@ __all__ = [
     "OPERATOR_SOCKET_ENV",
     "SOCKET_ENV",
     "SocketPathError",
+    "TempFileError",
     "check_length",
     "check_peer",
     "check_socket",
@@ -30,6 +31,7 @@ __all__ = [
     "peer_ids",
     "peer_option",
     "sun_path_max",
+    "write_atomic",
 ]
 
 SOCKET_ENV = "CBCONSOLE_SOCKET"
@@ -258,3 +260,52 @@ def ensure_private_dir(directory: Path, *, override: str = _SOCKET_OVERRIDE) -> 
             f"{directory} is open to other users (mode {stat.S_IMODE(st.st_mode):04o}); the guard's socket must be "
             f"in a private directory: `chmod 700 {quoted}`, or {elsewhere}."
         )
+
+
+class TempFileError(OSError):
+    """`write_atomic` could not create its temporary file: the directory is not writable (nothing was written)."""
+
+
+def write_atomic(
+    target: Path,
+    payload: bytes,
+    *,
+    mode: int | None = None,
+    suffix: str = "",
+    before_rename: Callable[[], None] | None = None,
+) -> None:
+    """Write `payload` to `target` so that a reader, or a crash, sees the old file or the new one, never half:
+    a temporary file beside it (`.<name>.<8 random><suffix>`, 0600 as mkstemp makes it; `mode` if given),
+    fsync, `before_rename()` (which may raise to call the write off), a rename over `target`, then a
+    best-effort fsync of the directory. On any failure the temporary file is removed and the error raised
+    (TempFileError when it could not be created)."""
+    import tempfile
+
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=suffix, dir=target.parent)
+    except OSError as exc:
+        raise TempFileError(exc.errno, exc.strerror, exc.filename) from None
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(payload)
+            f.flush()
+            os.fsync(f.fileno())
+        if mode is not None:
+            os.chmod(tmp, mode)
+        if before_rename is not None:
+            before_rename()
+        os.replace(tmp, target)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    try:
+        dir_fd = os.open(target.parent, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+    except OSError:
+        pass  # the rename is done; a directory fsync is best effort on some filesystems

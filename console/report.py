@@ -6,9 +6,7 @@ where the two files go.
 
 from __future__ import annotations
 
-import contextlib
 import os
-import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -18,6 +16,7 @@ from typing import Any
 import orjson
 
 from breaker import __version__
+from breaker.paths import write_atomic
 from console.state import ConsoleState
 
 __all__ = ["SavedReport", "report_json", "reports_dir", "save_report"]
@@ -76,22 +75,6 @@ def save_report(directory: Path, report: dict[str, Any], svg: str, saved_at: dat
         n += 1
         stem = PREFIX + saved_at.strftime("%Y%m%d-%H%M%S") + f"-{n}"
     json_path, svg_path = directory / f"{stem}.json", directory / f"{stem}.svg"
-    _write_atomic(json_path, orjson.dumps(report, option=orjson.OPT_INDENT_2) + b"\n")
-    _write_atomic(svg_path, svg.encode("utf-8"))
+    write_atomic(json_path, orjson.dumps(report, option=orjson.OPT_INDENT_2) + b"\n")
+    write_atomic(svg_path, svg.encode("utf-8"))
     return SavedReport(json_path, svg_path)
-
-
-def _write_atomic(path: Path, data: bytes) -> None:
-    """`data` into `path` through a temporary file beside it (0600, as mkstemp makes it) and a rename: a reader
-    sees the whole file or none, never half of one (a full disk leaves no stub behind)."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as out:
-            out.write(data)
-            out.flush()
-            os.fsync(out.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
