@@ -576,9 +576,9 @@ class ServerSession:
             mine = self.follows.get(ch.following) if ch.following is not None else None
             freed = mine is not None and mine.channels == {ch}  # replacing its own follow frees one
             if len(self.follows) - freed >= MAX_FOLLOWED:
-                return ErrorReply(
-                    "limit", f"{MAX_FOLLOWED} agents are followed already; unfollow one first"
-                ).encode(req.id)
+                return ErrorReply("limit", f"{MAX_FOLLOWED} agents are followed already; unfollow one first").encode(
+                    req.id
+                )
         self._stop_following(ch)
         if follow is None:
             follow = self.follows[agent] = _Follow()

@@ -311,9 +311,7 @@ class AgentScreen(Screen[None]):
         if not parent:
             self.notify("This agent has no parent session.", severity="warning", markup=False)
             return
-        self.app.switch_screen(
-            AgentScreen(parent, self.state, self.session, readonly=self.readonly, clock=self.clock)
-        )
+        self.app.switch_screen(AgentScreen(parent, self.state, self.session, readonly=self.readonly, clock=self.clock))
 
     def action_copy_id(self) -> None:
         self.app.copy_to_clipboard(self.agent)

@@ -22,9 +22,7 @@ LABELS = {
 }
 
 
-def parse_limits(
-    texts: Mapping[str, str], current: Mapping[str, int]
-) -> tuple[dict[str, int | None], dict[str, str]]:
+def parse_limits(texts: Mapping[str, str], current: Mapping[str, int]) -> tuple[dict[str, int | None], dict[str, str]]:
     """What the form asks for: per key, a new value, or None to take the agent's override off (an empty box);
     only keys that change. The second value: per key, what is wrong with its box."""
     limits: dict[str, int | None] = {}
@@ -68,9 +66,7 @@ class OverrideScreen(ModalScreen[dict[str, int | None] | None]):
         Binding("ctrl+s", "apply", "Apply", id="override.apply", tooltip="Give the agent these limits"),
     ]
 
-    def __init__(
-        self, agent: str, current: Mapping[str, int], config: Mapping[str, object], calls: int = 0
-    ) -> None:
+    def __init__(self, agent: str, current: Mapping[str, int], config: Mapping[str, object], calls: int = 0) -> None:
         super().__init__()
         self.agent, self.current, self.config, self.calls = agent, dict(current), config, calls
 
