@@ -7,6 +7,7 @@ and bounded deques, never as widget calls per event.
 from __future__ import annotations
 
 import time
+from bisect import insort
 from collections import deque
 from collections.abc import Callable, Collection, Iterable, Set
 from dataclasses import dataclass, field
@@ -58,15 +59,19 @@ class ShownAgent(NamedTuple):
     context: bool = False
 
 
-def tree_order(agents: Collection[Agent], context: Set[str] = frozenset()) -> list[ShownAgent]:
+def tree_order(
+    agents: Collection[Agent], context: Set[str] = frozenset(), ranked: Iterable[Agent] | None = None
+) -> list[ShownAgent]:
     """`agents` as a forest: each root (no parent, or a parent not among `agents`) followed by its subagents,
     recursively. Siblings, roots too, go most dangerous first by the worst agent of their subtree (a root
     with a looping subagent ranks as that subagent), then by their own danger. Parent links come from
     clients: a cycle of them is broken at its most dangerous agent, shown as a root, so every agent is
-    shown exactly once. O(n log n), without recursion (a chain may be 10,000 deep)."""
+    shown exactly once. O(n log n), without recursion (a chain may be 10,000 deep). `ranked`: `agents` (or
+    more) already most dangerous first, if the caller keeps that order (`ConsoleState.ranked`)."""
     by_id = {a.id: a for a in agents}
     # Danger as a place in the flat order: ranks compare as ints, not as tuples (10k agents: 4x faster).
-    danger = {a.id: n for n, a in enumerate(sorted(by_id.values(), key=lambda a: a.danger))}
+    flat = sorted(by_id.values(), key=lambda a: a.danger) if ranked is None else [a for a in ranked if a.id in by_id]
+    danger = {a.id: n for n, a in enumerate(flat)}
     up: dict[str, str] = {}  # each non-root's parent in the tree
     kids: dict[str, list[str]] = {}
     roots: list[str] = []
@@ -164,6 +169,13 @@ class ConsoleState:
         self._sample_at = 0.0
         self._sample_checks: int | None = None
         self.activity = Activity()  # checks and denies per second, for the activity chart
+        # The flat order, kept between frames (see `ranked`): each agent's danger with what it was computed from
+        # (the agent, its row and its rate deque, compared by identity), and the ids most dangerous first.
+        self._danger: dict[str, tuple[Agent, AgentRow, deque[int], tuple[int, float, float, int, str]]] = {}
+        self._rate_moved: set[str] = set()  # agents whose rate `sample` changed since the last `ranked`
+        self._ranked_ids: list[str] = []
+        self._ranked: list[Agent] | None = None  # `_ranked_ids` as agents; None: to be rebuilt
+        self._flat: tuple[list[Agent], list[ShownAgent]] | None = None  # the last unfiltered flat `shown`
 
     # -- input ----------------------------------------------------------------------------------
 
@@ -217,10 +229,15 @@ class ConsoleState:
             return
         elapsed = now - self._sample_at if self._sample_at else RATE_PERIOD
         self._sample_at = now
+        moved = self._rate_moved
         for agent in self.agents.values():
             calls = agent.data.calls
-            agent.rate.append(max(0, calls - agent.sampled_calls))
+            rate, now_rate = agent.rate, max(0, calls - agent.sampled_calls)
+            leaving = rate[0] if len(rate) == rate.maxlen else 0  # the slot that falls out
+            rate.append(now_rate)
             agent.sampled_calls = calls
+            if now_rate != leaving:
+                moved.add(agent.id)  # its calls/s, part of its danger, changed
         if self.stats is not None:
             checks = self.stats.checks
             if self._sample_checks is not None:
@@ -262,30 +279,76 @@ class ConsoleState:
 
     # -- output ---------------------------------------------------------------------------------
 
+    def ranked(self) -> list[Agent]:
+        """Every agent, most dangerous first (`Agent.danger` order). Kept between calls: only the agents whose row
+        or rate changed since the last call (a new row object, `sample`, a replaced agent or rate) get their danger
+        again and are put back in place; at 10,000 agents a full sort on every flush was most of its cost. The list
+        is shared until the order or an agent changes: read it, do not change it."""
+        agents, cache, moved = self.agents, self._danger, self._rate_moved
+        changed: list[str] = []
+        replaced = False
+        for a in agents.values():
+            c = cache.get(a.id)
+            if c is not None and c[0] is a and c[1] is a.data and c[2] is a.rate and a.id not in moved:
+                continue
+            key = a.danger
+            if c is None or c[3] != key:
+                changed.append(a.id)
+            elif c[0] is not a:
+                replaced = True  # the same place, another object
+            cache[a.id] = (a, a.data, a.rate, key)
+        moved.clear()
+        gone = [i for i in cache if i not in agents] if len(cache) > len(agents) else []
+        if changed or gone:
+            for i in gone:
+                del cache[i]
+            out = set(changed).union(gone)
+            order = [i for i in self._ranked_ids if i not in out]
+
+            def key_of(agent: str) -> tuple[int, float, float, int, str]:
+                return cache[agent][3]
+
+            if len(changed) * 8 > len(order):
+                order.extend(changed)
+                order.sort(key=key_of)  # mostly in order already: few runs to merge
+            else:
+                for i in changed:
+                    insort(order, i, key=key_of)
+            self._ranked_ids = order
+            self._ranked = None
+        if self._ranked is None or replaced:
+            self._ranked = [agents[i] for i in self._ranked_ids]
+        return self._ranked
+
     def visible_agents(self) -> list[Agent]:
         """Agents passing the filter, most dangerous first."""
-        return sorted(self._matching(), key=lambda a: a.danger)
+        return list(self._matching(self.ranked()))
 
     def shown(self) -> list[ShownAgent]:
         """The agents table's rows: flat, the agents passing the filter most dangerous first; or, with `tree`,
         each root followed by its subagents (`tree_order`). In the tree the filter keeps the agents that match
-        and, as context, their ancestors, so each still sits under its own parent."""
+        and, as context, their ancestors, so each still sits under its own parent. Without a filter the flat
+        rows are the same list until the order or an agent changes: read it, do not change it."""
         if not self.tree:
-            return [ShownAgent(a) for a in self.visible_agents()]
+            if self.filter:
+                return [ShownAgent(a) for a in self.visible_agents()]
+            ranked = self.ranked()
+            if self._flat is None or self._flat[0] is not ranked:
+                self._flat = (ranked, [ShownAgent(a) for a in ranked])
+            return self._flat[1]
         if not self.filter:
-            return tree_order(self.agents.values())
-        matched = {a.id for a in self._matching()}
+            return tree_order(self.agents.values(), ranked=self.ranked())
+        matched = {a.id for a in self._matching(self.agents.values())}
         keep = set(matched)
         for agent in matched:
             parent = self.agents[agent].data.parent
             while parent is not None and parent in self.agents and parent not in keep:  # stops on a cycle too
                 keep.add(parent)
                 parent = self.agents[parent].data.parent
-        return tree_order([self.agents[a] for a in keep], context=keep - matched)
+        return tree_order([self.agents[a] for a in keep], context=keep - matched, ranked=self.ranked())
 
-    def _matching(self) -> Iterable[Agent]:
+    def _matching(self, agents: Iterable[Agent]) -> Iterable[Agent]:
         needle = self.filter.casefold()
-        agents: Iterable[Agent] = self.agents.values()
         if needle:
             agents = [
                 a

@@ -27,6 +27,13 @@ PROMISES = {
         r"console event-loop lag:.*max\s+[\d.]+ ms",
         r"key-press to screen:\s+median\s+[\d.]+ ms\s+p95\s+[\d.]+ ms",
     ],
+    "bench_console_scale.py": [
+        r"\b20 agents: key-press to screen\s+median\s+[\d.]+ ms\s+p95\s+[\d.]+ ms\s+p99\s+[\d.]+ ms\s+ratio\s+[\d.]+x",
+        r"\b200 agents: key-press to screen\s+median\s+[\d.]+ ms\s+p95\s+[\d.]+ ms\s+p99\s+[\d.]+ ms\s+ratio\s+[\d.]+x",
+        r"\b20 agents: console RSS\s+[\d.]+ MiB\s+peak\s+[\d.]+ MiB\s+baseline\s+[\d.]+ MiB\s+ratio\s+[\d.]+x",
+        r"\b200 agents: console RSS\s+[\d.]+ MiB\s+peak\s+[\d.]+ MiB\s+baseline\s+[\d.]+ MiB\s+ratio\s+[\d.]+x",
+        r"\b200 agents: event-loop lag\s+median\s+[\d.]+ ms\s+p99\s+[\d.]+ ms\s+max\s+[\d.]+ ms",
+    ],
     "bench_state.py": [
         r"check, state kept:\s+p50\s+[\d.]+ us\s+p99\s+[\d.]+ us",
         r"ratio p50\s+[\d.]+x\s+p99\s+[\d.]+x",

@@ -7,6 +7,7 @@ import inspect
 import pytest
 from rich.text import Text
 from textual.app import App, ComposeResult
+from textual.coordinate import Coordinate
 from textual.widgets import DataTable
 
 from breaker.protocol import AgentRow, KeyRow
@@ -15,7 +16,7 @@ from console.themes import THEME_VARIABLES
 from console.widgets import rows
 from console.widgets.cells import KIND_ORDER, kind_color
 from console.widgets.keys import KeysTable, row_keys
-from console.widgets.rows import batched_writes, update_cells
+from console.widgets.rows import KeyedTable, batched_writes, update_cells, windowed
 
 COLORS = dict(THEME_VARIABLES)
 
@@ -74,6 +75,97 @@ async def test_batched_cell_writes_show_on_screen_at_once(monkeypatch, batched):
         assert [str(c) for c in table.get_row("r1")] == ["X1", "y1"]
         assert "X1" in line(table, 1) and "Y2" in line(table, 2)  # not the cached lines
         assert called == ([] if batched else [("r1", "a"), ("r2", "b")])
+
+
+def test_datatable_still_keeps_the_internals_the_windowed_table_uses():
+    """Fails on a Textual whose DataTable changed what `remove_row` or `_render_cell` do: `KeyedTable.show_window`
+    removes rows and draws cells as they do. Read the new ones and bring `console.widgets.rows` in line."""
+    remove = inspect.getsource(DataTable.remove_row)
+    steps = ("del self.rows[row_key]", "del self._data[row_key]", "self._row_locations", "_require_update_dimensions")
+    for step in steps:
+        assert step in remove, step
+    params = list(inspect.signature(DataTable._render_cell).parameters)
+    assert params == ["self", "row_index", "column_index", "base_style", "width", "cursor", "hover"]
+    assert windowed(DataTable())
+
+
+def key_at(table: DataTable, row: int) -> str | None:
+    """The key of the row at index `row` (its cells may be the blank stub, off screen)."""
+    return table.coordinate_to_cell_key(Coordinate(row, 0)).row_key.value
+
+
+class Numbers(KeyedTable):
+    COLUMNS = (("n", "n", 8), ("tag", "tag", 8))
+    KEY_COLUMN = "n"
+
+
+async def test_a_windowed_table_renders_only_the_rows_on_screen_and_the_rest_as_they_come_into_view():
+    table = Numbers()
+    rendered: list[str] = []
+    tags = {f"r{i:04d}": "a" for i in range(2000)}
+
+    def render(key: str) -> tuple[Text, ...]:
+        rendered.append(key)
+        return (rows.keyed(Text(key), key), Text(tags[key]))
+
+    async with Host(table).run_test(size=(40, 12)) as pilot:
+        order = list(tags)
+        table.show_window(order, lambda k: tags[k], render)
+        await pilot.pause()
+        assert table.row_count == 2000
+        assert 0 < len(rendered) <= 12  # a screen's worth, not 2,000
+        assert line(table, 1).split()[0] == "r0000" and line(table, 2).split()[:2] == ["r0001", "a"]
+        assert table.get_row("r1500")[0].plain == ""  # off screen: the blank stub
+
+        rendered.clear()
+        tags["r0001"] = "b"  # one row on screen changed, one off screen too
+        tags["r1500"] = "b"
+        table.show_window(order, lambda k: tags[k], render)
+        await pilot.pause()
+        assert rendered == ["r0001"] and line(table, 2).split()[:2] == ["r0001", "b"]
+
+        rendered.clear()
+        table.move_cursor(row=1500)  # scrolls r1500 into view: rendered before it is drawn
+        await pilot.pause()
+        assert "r1500" in rendered and len(rendered) <= 24
+        drawn = [line(table, y).split()[:2] for y in range(1, table.size.height)]
+        assert ["r1500", "b"] in drawn, drawn
+        assert table.get_row("r0001")[0].plain == ""  # left the screen: stub again, nothing kept
+
+
+async def test_a_windowed_table_reorders_and_removes_rows_with_the_cursor_staying_on_its_key():
+    table = Numbers()
+    tags = {f"r{i:04d}": "a" for i in range(500)}
+
+    def render(key: str) -> tuple[Text, ...]:
+        return (rows.keyed(Text(key), key), Text(tags[key]))
+
+    async with Host(table).run_test(size=(40, 12)) as pilot:
+        table.show_window(list(tags), lambda k: tags[k], render)
+        await pilot.pause()
+        table.move_cursor(row=3)
+        await pilot.pause()
+        assert table.selected == "r0003"
+
+        order = list(reversed(tags))  # every row moves
+        table.show_window(order, lambda k: tags[k], render)
+        await pilot.pause()
+        assert table.current_key() == "r0003" and table.cursor_row == 496
+        assert [key_at(table, i) for i in range(494, 498)] == ["r0005", "r0004", "r0003", "r0002"]
+
+        gone = {f"r{i:04d}" for i in range(100, 400)}  # many at once: one rebuild of the row locations
+        order = [k for k in order if k not in gone]
+        table.show_window(order, lambda k: tags[k], render)
+        await pilot.pause()
+        assert table.row_count == 200 and table.current_key() == "r0003"
+        assert [key_at(table, i) for i in (0, 99, 100, 199)] == ["r0499", "r0400", "r0099", "r0000"]
+        on_screen = [line(table, y).split()[0] for y in range(1, 11)]
+        assert "r0003" in on_screen  # the cursor's row is drawn, rendered, not a stub
+
+        order.remove("r0003")  # the selected row leaves: the cursor takes the row now under it
+        table.show_window(order, lambda k: tags[k], render)
+        await pilot.pause()
+        assert table.row_count == 199 and table.current_key() in order
 
 
 # -- the top repeated calls, reconciled by key --------------------------------------------------------

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import random
+from dataclasses import replace
 
-from breaker.protocol import AgentRow
+from breaker.protocol import AgentRow, StateFrame
 from console.state import TREE_DEPTH, Agent, ConsoleState, ShownAgent, tree_order
 from console.widgets.agents import AgentsTable
 from tests.test_console_pilot import SIZE, app_for, loop, until
@@ -177,3 +178,42 @@ async def test_t_shows_subagents_right_after_their_parent_and_back_flat_with_the
         assert [row.key.value for row in table.ordered_rows] == flat
         assert table.get_cell("sub-quiet", "agent").plain == "sub-quiet"
         assert table.selected == "sub-quiet" and table.cursor_row == table.get_row_index("sub-quiet")
+
+
+# -- the flat order, kept between frames ------------------------------------------------------------
+
+
+def test_the_kept_flat_order_always_equals_a_full_sort_by_danger_as_rows_rates_and_agents_change():
+    """`ConsoleState.ranked` re-places only what changed; after any mix of new rows, rate samples, new and
+    gone agents it must give exactly the order a full sort gives."""
+    rnd = random.Random(12)
+    now = [1000.0]
+    state = ConsoleState(clock=lambda: now[0])
+    statuses = ["ok", "ok", "ok", "warned", "duplicate", "cap", "interrupted"]
+    made = 0
+
+    def fresh() -> AgentRow:
+        nonlocal made
+        made += 1
+        return make(f"ag-{made:04d}", worst=rnd.randint(1, 6)).data
+
+    def frame(rows: list[AgentRow], gone: list[str] = [], full: bool = False) -> StateFrame:  # noqa: B006
+        return StateFrame(seq=0, full=full, time=now[0], agents=rows, gone=list(gone))
+
+    state.apply(frame([fresh() for _ in range(300)], full=True))
+    for step in range(60):
+        ids_now = list(state.agents)
+        changed = []
+        for agent in rnd.sample(ids_now, k=rnd.randint(0, 40)):
+            row = replace(state.agents[agent].data, status=rnd.choice(statuses))
+            row.calls += rnd.randint(0, 50)  # calls move the rate at the next sample
+            row.worst_count = rnd.randint(1, 6)
+            changed.append(row)
+        changed.extend(fresh() for _ in range(rnd.randint(0, 5)))
+        gone = rnd.sample(ids_now, k=rnd.randint(0, 5))
+        now[0] += rnd.choice([0.1, 1.0, 1.5])  # some frames sample the rates, some do not
+        state.apply(frame([r for r in changed if r.agent not in gone], gone))
+        expected = [a.id for a in sorted(state.agents.values(), key=lambda a: a.danger)]
+        assert [a.id for a in state.ranked()] == expected, f"step {step}"
+        assert [s.agent.id for s in state.shown()] == expected
+    assert state.ranked() is state.ranked()  # nothing changed between the two: the same list, not a new sort

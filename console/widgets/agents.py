@@ -142,6 +142,12 @@ class AgentsTable(KeyedTable):
             cap_cell = Text(f"{calls}/{cap}", style=ratio_color(calls / cap, colors) if calls / cap >= 0.5 else "")
         else:
             cap_cell = Text(f"{calls}/∞", style="dim")
+        worst = gauge(d.worst_count, d.duplicate_limit or 1, colors, width=4)
+        if d.override:  # the operator gave it limits of its own: the cell of each says so with a `*`
+            if "maxCallsPerAgent" in d.override:
+                cap_cell.append("*", style=f"bold {colors['warn']}")
+            if "duplicateLimit" in d.override:
+                worst.append("*", style=f"bold {colors['warn']}")
         last_seen = d.last_seen
         rate_color = colors["ok"] if d.status == "ok" else colors["warn"] if d.status == "warned" else colors["trip"]
         return (
@@ -149,7 +155,7 @@ class AgentsTable(KeyedTable):
             self.agent_cell(agent.id, glyphs, context),
             status_text(d.status, d.rule, colors),
             Text(str(calls), justify="right"),
-            gauge(d.worst_count, d.duplicate_limit or 1, colors, width=4),
+            worst,
             cap_cell,
             Text(f"{d.window_fill}/{d.window}", style="dim" if not d.window_fill else ""),
             plain(clip(d.last_tool, TOOL_WIDTH)),
@@ -160,34 +166,31 @@ class AgentsTable(KeyedTable):
         )
 
     def reconcile(self, shown: list[ShownAgent], now: float, marked: set[str], colors: Mapping[str, str]) -> None:
-        """Make the table show these agents in this order, touching only what changed: a row whose tree glyphs
-        changed re-renders, and only its agent cell is written."""
-        by_id = {s.agent.id: s.agent for s in shown}
+        """Make the table show these agents in this order, touching only what changed and rendering only the rows
+        on screen (`show_window`): a row whose tree glyphs changed re-renders, and only its agent cell is written.
+        At 10,000 agents every row rendered once a second (the ages move) took the console's whole time."""
+        by_id = {s.agent.id: s for s in shown}
         self._tree = {s.agent.id: (s.glyphs, s.context) for s in shown if s.glyphs or s.context}
-        tree = self._tree
         palette = tuple(colors.values())
-        rows = [
-            (
-                a.id,
-                (
-                    a.version,
-                    a.id in marked,
-                    int(now - a.data.last_seen) if a.data.last_seen else None,  # ages show whole seconds
-                    tuple(a.rate),
-                    palette,
-                    s.glyphs,
-                    s.context,
-                ),
+
+        def inputs(key: str) -> tuple[object, ...]:
+            s = by_id[key]
+            a = s.agent
+            return (
+                a.version,
+                key in marked,
+                int(now - a.data.last_seen) if a.data.last_seen else None,  # ages show whole seconds
+                tuple(a.rate),
+                palette,
+                s.glyphs,
+                s.context,
             )
-            for s in shown
-            for a in (s.agent,)
-        ]
 
         def render(key: str) -> tuple[Text, ...]:
-            glyphs, context = tree.get(key, ("", False))
-            return self.render_row(by_id[key], now, key in marked, colors, glyphs, context)
+            s = by_id[key]
+            return self.render_row(s.agent, now, key in marked, colors, s.glyphs, s.context)
 
-        self.show_rows(rows, render)
+        self.show_window(list(by_id), inputs, render)
 
     # -- fitting the width ------------------------------------------------------------------------------
 
@@ -238,7 +241,8 @@ class AgentsTable(KeyedTable):
         """Cut the ids to `width` (both ends kept) and size the agent column to it."""
         self.agent_width = width
         changed: list[tuple[str, str, Text]] = []
-        for key, cells in self._cells.items():
+        for key in self._inputs:  # the rows rendered (on screen, for `show_window`); the others hold the stub
+            cells = self._cells[key]
             cell = self.agent_cell(key, *self._tree.get(key, ("", False)))
             self._cells[key] = (cells[0], cell, *cells[2:])
             changed.append((key, "agent", cell))

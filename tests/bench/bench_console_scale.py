@@ -132,7 +132,7 @@ def run_child(sock: str, n: int, presses: int, timeout: float) -> dict[str, Any]
         return {"error": f"the console did not finish within {timeout:.0f} s"}
     for line in reversed(out.stdout.splitlines()):
         if line.startswith("{"):
-            return json.loads(line)  # type: ignore[no-any-return]
+            return json.loads(line)
     return {"error": f"no report (exit {out.returncode}): {out.stderr.strip()[-2000:]}"}
 
 
@@ -217,7 +217,9 @@ def child(sock: str, n: int, presses: int) -> None:
                 key = "down" if table.cursor_row < table.row_count - 2 else "up"
                 before = table.selected
                 t0 = time.perf_counter()
-                app._driver.send_message(events.Key(key, None))  # as the terminal driver delivers a key
+                driver = app._driver
+                assert driver is not None
+                driver.send_message(events.Key(key, None))  # as the terminal driver delivers a key
                 while True:
                     selected = table.selected
                     if (
