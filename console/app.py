@@ -27,6 +27,7 @@ from console.screens.override import OverrideScreen
 from console.session import GuardSession, OnQuit
 from console.state import ConsoleState
 from console.themes import THEME_VARIABLES, load_themes
+from console.widgets.agents import AgentsTable
 from console.widgets.calls import CallTail
 
 __all__ = ["CBConsole", "keymap_scopes"]
@@ -41,7 +42,7 @@ def keymap_scopes() -> dict[str, list[Binding]]:
     The app's keys are in force on every screen, and on the main screen the tables' own keys come first."""
     app = [b for b in CBConsole.BINDINGS if isinstance(b, Binding)]
     screens: dict[str, list[Binding]] = {
-        "main": [*MainScreen.BINDINGS, *DataTable.BINDINGS],  # type: ignore[list-item]
+        "main": [*MainScreen.BINDINGS, *AgentsTable.BINDINGS, *DataTable.BINDINGS],  # type: ignore[list-item]
         "agent": [*AgentScreen.BINDINGS, *CallTail.BINDINGS],  # type: ignore[list-item]
         "override": list(OverrideScreen.BINDINGS),  # type: ignore[arg-type]
         "config": list(ConfigScreen.BINDINGS),  # type: ignore[arg-type]

@@ -169,13 +169,12 @@ class ConsoleState:
         self._sample_at = 0.0
         self._sample_checks: int | None = None
         self.activity = Activity()  # checks and denies per second, for the activity chart
-        # The flat order, kept between frames (see `ranked`): each agent's danger with what it was computed from
-        # (the agent, its row and its rate deque, compared by identity), and the ids most dangerous first.
-        self._danger: dict[str, tuple[Agent, AgentRow, deque[int], tuple[int, float, float, int, str]]] = {}
-        self._rate_moved: set[str] = set()  # agents whose rate `sample` changed since the last `ranked`
+        # The flat order, kept between frames (see `ranked_ids`): each agent's danger as last computed, the agents
+        # whose row, rate or presence changed since, and the ids most dangerous first.
+        self._danger: dict[str, tuple[int, float, float, int, str]] = {}
+        self._dirty: set[str] = set()
         self._ranked_ids: list[str] = []
         self._ranked: list[Agent] | None = None  # `_ranked_ids` as agents; None: to be rebuilt
-        self._flat: tuple[list[Agent], list[ShownAgent]] | None = None  # the last unfiltered flat `shown`
 
     # -- input ----------------------------------------------------------------------------------
 
@@ -184,7 +183,9 @@ class ConsoleState:
         self.frames += 1
         if frame.full:
             self._full = set()
+        dirty = self._dirty
         for row in frame.agents:
+            dirty.add(row.agent)
             agent = self.agents.get(row.agent)
             if agent is None:
                 agent = self.agents[row.agent] = Agent(row.agent, row, sampled_calls=row.calls)
@@ -219,6 +220,7 @@ class ConsoleState:
         self.version += 1
 
     def _drop(self, agent: str) -> None:
+        self._dirty.add(agent)
         self.agents.pop(agent, None)
         self.marked.discard(agent)
 
@@ -229,7 +231,7 @@ class ConsoleState:
             return
         elapsed = now - self._sample_at if self._sample_at else RATE_PERIOD
         self._sample_at = now
-        moved = self._rate_moved
+        moved = self._dirty
         for agent in self.agents.values():
             calls = agent.data.calls
             rate, now_rate = agent.rate, max(0, calls - agent.sampled_calls)
@@ -279,45 +281,54 @@ class ConsoleState:
 
     # -- output ---------------------------------------------------------------------------------
 
-    def ranked(self) -> list[Agent]:
-        """Every agent, most dangerous first (`Agent.danger` order). Kept between calls: only the agents whose row
-        or rate changed since the last call (a new row object, `sample`, a replaced agent or rate) get their danger
-        again and are put back in place; at 10,000 agents a full sort on every flush was most of its cost. The list
-        is shared until the order or an agent changes: read it, do not change it."""
-        agents, cache, moved = self.agents, self._danger, self._rate_moved
+    def ranked_ids(self) -> list[str]:
+        """Every agent's id, most dangerous first (`Agent.danger` order). Kept between calls: only the agents whose
+        row, rate or presence changed since (`apply`, `sample`) get their danger again and are put back in place; at
+        10,000 agents a sort on every flush was most of the console's time. The list is shared until the order
+        changes (a new list then): read it, do not change it."""
+        agents, cache, dirty = self.agents, self._danger, self._dirty
         changed: list[str] = []
-        replaced = False
-        for a in agents.values():
-            c = cache.get(a.id)
-            if c is not None and c[0] is a and c[1] is a.data and c[2] is a.rate and a.id not in moved:
+        gone: list[str] = []
+        for i in dirty:
+            agent = agents.get(i)
+            if agent is None:
+                if cache.pop(i, None) is not None:
+                    gone.append(i)
                 continue
-            key = a.danger
-            if c is None or c[3] != key:
-                changed.append(a.id)
-            elif c[0] is not a:
-                replaced = True  # the same place, another object
-            cache[a.id] = (a, a.data, a.rate, key)
-        moved.clear()
-        gone = [i for i in cache if i not in agents] if len(cache) > len(agents) else []
-        if changed or gone:
-            for i in gone:
+            key = agent.danger
+            if cache.get(i) != key:
+                cache[i] = key
+                changed.append(i)
+        if dirty:
+            self._ranked = None  # an agent may be a new object under the same id (gone and back)
+            dirty.clear()
+        if len(cache) != len(agents):  # agents put in or taken out of `agents` by hand: find them
+            for i, a in agents.items():
+                if i not in cache:
+                    cache[i] = a.danger
+                    changed.append(i)
+            for i in [i for i in cache if i not in agents]:
                 del cache[i]
+                gone.append(i)
+        if changed or gone:
             out = set(changed).union(gone)
-            order = [i for i in self._ranked_ids if i not in out]
-
-            def key_of(agent: str) -> tuple[int, float, float, int, str]:
-                return cache[agent][3]
-
+            order = [i for i in self._ranked_ids if i not in out] if out else list(self._ranked_ids)
             if len(changed) * 8 > len(order):
                 order.extend(changed)
-                order.sort(key=key_of)  # mostly in order already: few runs to merge
+                order.sort(key=cache.__getitem__)  # mostly in order already: few runs to merge
             else:
                 for i in changed:
-                    insort(order, i, key=key_of)
+                    insort(order, i, key=cache.__getitem__)
             self._ranked_ids = order
             self._ranked = None
-        if self._ranked is None or replaced:
-            self._ranked = [agents[i] for i in self._ranked_ids]
+        return self._ranked_ids
+
+    def ranked(self) -> list[Agent]:
+        """Every agent, most dangerous first: `ranked_ids` as agents (the same list until the order changes)."""
+        ids = self.ranked_ids()
+        if self._ranked is None:
+            agents = self.agents
+            self._ranked = [agents[i] for i in ids]
         return self._ranked
 
     def visible_agents(self) -> list[Agent]:
@@ -327,15 +338,9 @@ class ConsoleState:
     def shown(self) -> list[ShownAgent]:
         """The agents table's rows: flat, the agents passing the filter most dangerous first; or, with `tree`,
         each root followed by its subagents (`tree_order`). In the tree the filter keeps the agents that match
-        and, as context, their ancestors, so each still sits under its own parent. Without a filter the flat
-        rows are the same list until the order or an agent changes: read it, do not change it."""
+        and, as context, their ancestors, so each still sits under its own parent."""
         if not self.tree:
-            if self.filter:
-                return [ShownAgent(a) for a in self.visible_agents()]
-            ranked = self.ranked()
-            if self._flat is None or self._flat[0] is not ranked:
-                self._flat = (ranked, [ShownAgent(a) for a in ranked])
-            return self._flat[1]
+            return [ShownAgent(a) for a in self.visible_agents()]
         if not self.filter:
             return tree_order(self.agents.values(), ranked=self.ranked())
         matched = {a.id for a in self._matching(self.agents.values())}
@@ -346,6 +351,14 @@ class ConsoleState:
                 keep.add(parent)
                 parent = self.agents[parent].data.parent
         return tree_order([self.agents[a] for a in keep], context=keep - matched, ranked=self.ranked())
+
+    def table_rows(self) -> tuple[list[str], dict[str, tuple[str, bool]]]:
+        """`shown` as the agents table takes it: the ids in order, and each tree row's glyphs and context flag.
+        Flat and unfiltered, the order is `ranked_ids` itself: no object per agent per frame."""
+        if not self.tree and not self.filter:
+            return self.ranked_ids(), {}
+        shown = self.shown()
+        return [s.agent.id for s in shown], {s.agent.id: (s.glyphs, s.context) for s in shown if s.glyphs or s.context}
 
     def _matching(self, agents: Iterable[Agent]) -> Iterable[Agent]:
         needle = self.filter.casefold()

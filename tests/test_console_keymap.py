@@ -15,6 +15,7 @@ from console.keymap import MAX_BYTES, keymap_path, load_keymap, parse_keymap
 from console.screens.config import ConfigScreen
 from console.screens.confirm import ConfirmScreen
 from console.screens.help import HelpScreen
+from console.widgets.agents import AgentsTable
 from console.widgets.calls import CallTail
 from tests.test_console_pilot import SIZE, app_for, loop, select, until
 
@@ -202,7 +203,7 @@ def test_every_binding_of_the_console_has_a_unique_dotted_id_and_a_tooltip():
     ids: dict[str, Binding] = {}
     for bindings in keymap_scopes().values():
         for b in bindings:
-            if any(b is t for t in (*DataTable.BINDINGS, *CallTail.BINDINGS)):
+            if any(b is t for t in (*DataTable.BINDINGS, *AgentsTable.BINDINGS, *CallTail.BINDINGS)):
                 continue  # the tables' own keys and the call tail's (moving the cursor): without ids, never rebound
             assert b.id and re.fullmatch(r"(app|main|agent|override|config|confirm|help)\.[a-z_]+", b.id), b
             assert b.tooltip, b

@@ -84,7 +84,7 @@ def palette_offers(app: CBConsole, title: str) -> bool:
 
 async def select(pilot, app: CBConsole, agent: str) -> None:
     table = app.query_one(AgentsTable)
-    await until(pilot, lambda: agent in table._cells, what=f"{agent} on screen")
+    await until(pilot, lambda: agent in table.ordered_keys, what=f"{agent} on screen")
     table.move_cursor(row=table.get_row_index(agent))
     await until(pilot, lambda: table.selected == agent, what=f"{agent} selected")
 
@@ -96,7 +96,7 @@ async def test_agents_keys_trips_and_header_show_live_state(guard):
         await asyncio.to_thread(loop, guard, "looper-1", 9, harness="dsh")
         await asyncio.to_thread(loop, guard, "calm-1", 2, "read", {"path": "a"}, harness="claude-code")
         table = app.query_one(AgentsTable)
-        await until(pilot, lambda: "looper-1" in table._cells and "calm-1" in table._cells, what="both agents")
+        await until(pilot, lambda: {"looper-1", "calm-1"} <= set(table.ordered_keys), what="both agents")
         looper = {column: cell(table, "looper-1", column).plain for column, _label, _width in AgentsTable.COLUMNS}
         assert looper["agent"] == "looper-1" and looper["harness"] == "dsh" and looper["calls"] == "6"
         assert looper["worst"].endswith("6/6") and looper["status"] == "duplicate"  # the status word itself
@@ -124,7 +124,7 @@ async def test_cursor_stays_on_the_selected_agent_when_rows_reorder(guard):
         await select(pilot, app, "b-quiet")
         table = app.query_one(AgentsTable)
         await asyncio.to_thread(loop, guard, "c-looper", 8)  # a new, more dangerous row goes on top
-        await until(pilot, lambda: "c-looper" in table._cells and table.get_row_index("c-looper") == 0)
+        await until(pilot, lambda: "c-looper" in table.ordered_keys and table.get_row_index("c-looper") == 0)
         await pilot.pause(0.3)
         assert table.selected == "b-quiet"
         assert table.get_row_index("b-quiet") == table.cursor_row
@@ -236,7 +236,7 @@ async def test_a_warned_agent_shows_warned_and_the_rule_then_the_deny_of_that_ru
         # The third identical call in a row is allowed with the repeat rule's warning...
         decisions = await asyncio.to_thread(loop, guard, "poller", 3, "bash", {"command": "gh run view"})
         assert [d.allowed for d in decisions] == [True] * 3 and decisions[-1].warning
-        await until(pilot, lambda: "poller" in table._cells, what="the agent on screen")
+        await until(pilot, lambda: "poller" in table.ordered_keys, what="the agent on screen")
         await until(pilot, lambda: cell(table, "poller", "status").plain == "warned · repeat", what="warned")
         assert app.main.roles()["warn"].lower() in str(cell(table, "poller", "status").style).lower()
         await select(pilot, app, "poller")
@@ -260,7 +260,7 @@ async def test_a_warned_agent_shows_warned_and_the_rule_then_the_deny_of_that_ru
         verdicts = [await asyncio.to_thread(client.check, "cycler", tool, args) for tool, args in calls[:6]]
         assert verdicts[-1].allowed and verdicts[-1].warning
         await until(
-            pilot, lambda: "cycler" in table._cells and cell(table, "cycler", "status").plain == "warned · cycle"
+            pilot, lambda: "cycler" in table.ordered_keys and cell(table, "cycler", "status").plain == "warned · cycle"
         )
         denied = await asyncio.to_thread(client.check, "cycler", *calls[6])
         client.close()
@@ -418,15 +418,15 @@ async def test_freezing_screen_updates_holds_the_picture_until_unfrozen(guard):
     async with app.run_test(size=SIZE) as pilot:
         await asyncio.to_thread(loop, guard, "f-1", 1, "read", {"p": 0})
         table = app.query_one(AgentsTable)
-        await until(pilot, lambda: "f-1" in table._cells)
+        await until(pilot, lambda: "f-1" in table.ordered_keys)
         await pilot.press("z")
         assert "screen frozen" in text_of(app.query_one(GuardHeader))
         await asyncio.to_thread(loop, guard, "f-2", 1, "read", {"p": 0})
         await until(pilot, lambda: "f-2" in app.state.agents, what="the state has it")
         app.main.flush()  # what the 10 Hz redraw runs
-        assert "f-2" not in table._cells  # the screen does not show it yet
+        assert "f-2" not in table.ordered_keys  # the screen does not show it yet
         await pilot.press("z")
-        await until(pilot, lambda: "f-2" in table._cells)
+        await until(pilot, lambda: "f-2" in table.ordered_keys)
 
 
 async def test_filter_shows_only_matching_agents(guard):
@@ -435,12 +435,12 @@ async def test_filter_shows_only_matching_agents(guard):
         for agent in ("alpha-1", "beta-1", "alpha-2"):
             await asyncio.to_thread(loop, guard, agent, 1, "read", {"p": agent})
         table = app.query_one(AgentsTable)
-        await until(pilot, lambda: len(table._cells) == 3)
+        await until(pilot, lambda: table.row_count == 3)
         await pilot.press("slash")
         await pilot.press(*"alpha")
-        await until(pilot, lambda: set(table._cells) == {"alpha-1", "alpha-2"}, what="filtered rows")
+        await until(pilot, lambda: set(table.ordered_keys) == {"alpha-1", "alpha-2"}, what="filtered rows")
         await pilot.press("escape")
-        await until(pilot, lambda: len(table._cells) == 3, what="filter cleared")
+        await until(pilot, lambda: table.row_count == 3, what="filter cleared")
 
 
 async def test_help_lists_every_key(guard):
@@ -494,7 +494,7 @@ async def test_themes_switch_live_and_recolour_cells(guard):
     async with app.run_test(size=SIZE) as pilot:
         await asyncio.to_thread(loop, guard, "t-loop", 7)
         table = app.query_one(AgentsTable)
-        await until(pilot, lambda: "t-loop" in table._cells)
+        await until(pilot, lambda: "t-loop" in table.ordered_keys)
         dark_style = str(cell(table, "t-loop", "status").style)
         app.theme = "cbconsole-light"
         await until(pilot, lambda: str(cell(table, "t-loop", "status").style) != dark_style, what="recoloured status")
@@ -600,7 +600,7 @@ async def test_replay_plays_a_real_transcript_into_the_live_guard(guard):
     )
     async with app.run_test(size=SIZE) as pilot:
         table = app.query_one(AgentsTable)
-        await until(pilot, lambda: len(table._cells) == 2, what="both recorded agents on screen", timeout=20)
+        await until(pilot, lambda: table.row_count == 2, what="both recorded agents on screen", timeout=20)
         sub = next(a for a in app.state.agents.values() if a.data.parent)
         await until(pilot, lambda: app.state.agents[sub.id].data.status == "duplicate", what="the loop")
         assert app.state.agents[sub.id].data.harness == "dsh"

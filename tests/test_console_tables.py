@@ -3,20 +3,21 @@
 from __future__ import annotations
 
 import inspect
+from dataclasses import replace
 
 import pytest
 from rich.text import Text
 from textual.app import App, ComposeResult
-from textual.coordinate import Coordinate
 from textual.widgets import DataTable
 
 from breaker.protocol import AgentRow, KeyRow
 from console.state import Agent
 from console.themes import THEME_VARIABLES
 from console.widgets import rows
+from console.widgets.agents import AgentsTable
 from console.widgets.cells import KIND_ORDER, kind_color
 from console.widgets.keys import KeysTable, row_keys
-from console.widgets.rows import KeyedTable, batched_writes, update_cells, windowed
+from console.widgets.rows import batched_writes, update_cells
 
 COLORS = dict(THEME_VARIABLES)
 
@@ -77,95 +78,109 @@ async def test_batched_cell_writes_show_on_screen_at_once(monkeypatch, batched):
         assert called == ([] if batched else [("r1", "a"), ("r2", "b")])
 
 
-def test_datatable_still_keeps_the_internals_the_windowed_table_uses():
-    """Fails on a Textual whose DataTable changed what `remove_row` or `_render_cell` do: `KeyedTable.show_window`
-    removes rows and draws cells as they do. Read the new ones and bring `console.widgets.rows` in line."""
-    remove = inspect.getsource(DataTable.remove_row)
-    steps = ("del self.rows[row_key]", "del self._data[row_key]", "self._row_locations", "_require_update_dimensions")
-    for step in steps:
-        assert step in remove, step
-    params = list(inspect.signature(DataTable._render_cell).parameters)
-    assert params == ["self", "row_index", "column_index", "base_style", "width", "cursor", "hover"]
-    assert windowed(DataTable())
+# -- the agents table: a view that draws only the lines on screen ------------------------------------
 
 
-def key_at(table: DataTable, row: int) -> str | None:
-    """The key of the row at index `row` (its cells may be the blank stub, off screen)."""
-    return table.coordinate_to_cell_key(Coordinate(row, 0)).row_key.value
+def _many(n: int) -> dict[str, Agent]:
+    return {f"r{i:04d}": _agent(f"r{i:04d}", "ok", 1) for i in range(n)}
 
 
-class Numbers(KeyedTable):
-    COLUMNS = (("n", "n", 8), ("tag", "tag", 8))
-    KEY_COLUMN = "n"
+class AgentsHost(App[None]):
+    """The agents table alone, with the theme's colours."""
+
+    def __init__(self, table: AgentsTable) -> None:
+        super().__init__()
+        self.table = table
+
+    def compose(self) -> ComposeResult:
+        yield self.table
 
 
-async def test_a_windowed_table_renders_only_the_rows_on_screen_and_the_rest_as_they_come_into_view():
-    table = Numbers()
+def drawn(table: AgentsTable) -> list[str]:
+    """The agent ids on the table's lines now (line 0 is the header)."""
+    return [table.render_line(y).text.split()[0] for y in range(1, table.scrollable_content_region.height)]
+
+
+async def test_the_agents_table_renders_only_the_lines_on_screen_and_the_others_as_they_come_into_view(monkeypatch):
+    table = AgentsTable()
     rendered: list[str] = []
-    tags = {f"r{i:04d}": "a" for i in range(2000)}
-
-    def render(key: str) -> tuple[Text, ...]:
-        rendered.append(key)
-        return (rows.keyed(Text(key), key), Text(tags[key]))
-
-    async with Host(table).run_test(size=(40, 12)) as pilot:
-        order = list(tags)
-        table.show_window(order, lambda k: tags[k], render)
+    real = AgentsTable.render_row
+    monkeypatch.setattr(AgentsTable, "render_row", lambda self, a, *rest: rendered.append(a.id) or real(self, a, *rest))
+    agents = _many(2000)
+    order = list(agents)
+    async with AgentsHost(table).run_test(size=(100, 12)) as pilot:
+        table.reconcile(order, agents, 0.0, set(), COLORS)
         await pilot.pause()
         assert table.row_count == 2000
         assert 0 < len(rendered) <= 12  # a screen's worth, not 2,000
-        assert line(table, 1).split()[0] == "r0000" and line(table, 2).split()[:2] == ["r0001", "a"]
-        assert table.get_row("r1500")[0].plain == ""  # off screen: the blank stub
+        assert drawn(table)[:2] == ["r0000", "r0001"]
 
         rendered.clear()
-        tags["r0001"] = "b"  # one row on screen changed, one off screen too
-        tags["r1500"] = "b"
-        table.show_window(order, lambda k: tags[k], render)
+        agents["r0001"] = replace_agent(agents["r0001"], "duplicate")  # one on screen changes, one off screen too
+        agents["r1500"] = replace_agent(agents["r1500"], "duplicate")
+        table.reconcile(order, agents, 0.0, set(), COLORS)
         await pilot.pause()
-        assert rendered == ["r0001"] and line(table, 2).split()[:2] == ["r0001", "b"]
+        assert rendered == ["r0001"]
 
         rendered.clear()
-        table.move_cursor(row=1500)  # scrolls r1500 into view: rendered before it is drawn
+        table.move_cursor(row=1500)  # r1500 into view: rendered as it is drawn
         await pilot.pause()
-        assert "r1500" in rendered and len(rendered) <= 24
-        drawn = [line(table, y).split()[:2] for y in range(1, table.size.height)]
-        assert ["r1500", "b"] in drawn, drawn
-        assert table.get_row("r0001")[0].plain == ""  # left the screen: stub again, nothing kept
+        assert "r1500" in rendered and len(rendered) <= 12
+        assert "r1500" in drawn(table) and table.selected == "r1500"
+        assert table.get_cell("r1500", "status").plain == "duplicate"
 
 
-async def test_a_windowed_table_reorders_and_removes_rows_with_the_cursor_staying_on_its_key():
-    table = Numbers()
-    tags = {f"r{i:04d}": "a" for i in range(500)}
-
-    def render(key: str) -> tuple[Text, ...]:
-        return (rows.keyed(Text(key), key), Text(tags[key]))
-
-    async with Host(table).run_test(size=(40, 12)) as pilot:
-        table.show_window(list(tags), lambda k: tags[k], render)
+async def test_the_agents_table_keeps_the_cursor_on_its_agent_as_the_order_changes_and_agents_leave():
+    table = AgentsTable()
+    agents = _many(500)
+    async with AgentsHost(table).run_test(size=(100, 12)) as pilot:
+        table.reconcile(list(agents), agents, 0.0, set(), COLORS)
         await pilot.pause()
-        table.move_cursor(row=3)
-        await pilot.pause()
-        assert table.selected == "r0003"
+        await pilot.press("down", "down", "down")
+        assert table.selected == "r0003" and table.cursor_row == 3
 
-        order = list(reversed(tags))  # every row moves
-        table.show_window(order, lambda k: tags[k], render)
+        order = list(reversed(agents))  # every line moves
+        table.reconcile(order, agents, 0.0, set(), COLORS)
         await pilot.pause()
         assert table.current_key() == "r0003" and table.cursor_row == 496
-        assert [key_at(table, i) for i in range(494, 498)] == ["r0005", "r0004", "r0003", "r0002"]
+        assert "r0003" in drawn(table)  # scrolled to it
 
-        gone = {f"r{i:04d}" for i in range(100, 400)}  # many at once: one rebuild of the row locations
+        gone = {f"r{i:04d}" for i in range(100, 400)}
+        for key in gone:
+            del agents[key]
         order = [k for k in order if k not in gone]
-        table.show_window(order, lambda k: tags[k], render)
+        table.reconcile(order, agents, 0.0, set(), COLORS)
         await pilot.pause()
-        assert table.row_count == 200 and table.current_key() == "r0003"
-        assert [key_at(table, i) for i in (0, 99, 100, 199)] == ["r0499", "r0400", "r0099", "r0000"]
-        on_screen = [line(table, y).split()[0] for y in range(1, 11)]
-        assert "r0003" in on_screen  # the cursor's row is drawn, rendered, not a stub
+        assert table.row_count == 200 and table.current_key() == "r0003" and table.cursor_row == 196
 
-        order.remove("r0003")  # the selected row leaves: the cursor takes the row now under it
-        table.show_window(order, lambda k: tags[k], render)
+        del agents["r0003"]  # the selected agent leaves: the cursor takes the agent now on its line
+        order = [k for k in order if k != "r0003"]
+        table.reconcile(order, agents, 0.0, set(), COLORS)
         await pilot.pause()
-        assert table.row_count == 199 and table.current_key() in order
+        assert table.row_count == 199 and table.selected == order[196] == table.current_key()
+
+        await pilot.press("end")
+        assert table.selected == order[-1] and order[-1] in drawn(table)
+        await pilot.press("home")
+        assert table.selected == order[0] and table.scroll_offset.y == 0
+
+
+async def test_a_click_selects_a_line_and_a_click_on_the_selected_line_opens_it():
+    table = AgentsTable()
+    agents = _many(20)
+    opened: list[str] = []
+
+    class Opening(AgentsHost):
+        def on_agents_table_opened(self, event: AgentsTable.Opened) -> None:
+            opened.append(event.agent)
+
+    async with Opening(table).run_test(size=(100, 12)) as pilot:
+        table.reconcile(list(agents), agents, 0.0, set(), COLORS)
+        await pilot.pause()
+        await pilot.click(AgentsTable, offset=(10, 3))  # the header is line 0: line 3 is the third agent
+        assert table.selected == "r0002" and opened == []
+        await pilot.click(AgentsTable, offset=(10, 3))
+        assert opened == ["r0002"]
 
 
 # -- the top repeated calls, reconciled by key --------------------------------------------------------
@@ -205,6 +220,12 @@ def test_two_calls_that_look_the_same_get_two_row_keys():
     same = key("ag-1", "cut short…", 4)
     keys = row_keys([same, key("ag-1", "other", 3), same])
     assert len(set(keys)) == 3 and keys == row_keys([same, key("ag-1", "other", 3), same])
+
+
+def replace_agent(agent: Agent, status: str) -> Agent:
+    """The same agent with a new row (as a state frame brings it): its version moves."""
+    row = replace(agent.data, status=status, denies={status: 1})
+    return Agent(agent.id, row, version=agent.version + 1)
 
 
 def _agent(agent: str, status: str, worst: int) -> Agent:

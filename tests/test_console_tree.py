@@ -150,9 +150,9 @@ async def test_t_shows_subagents_right_after_their_parent_and_back_flat_with_the
         await asyncio.to_thread(loop, guard, "sub-looper", 8, parent="session-calm")
         table = app.query_one(AgentsTable)
         agents = ("session-calm", "other-busy", "sub-quiet", "sub-looper")
-        await until(pilot, lambda: all(a in table._cells for a in agents), what="four agents")
+        await until(pilot, lambda: all(a in table.ordered_keys for a in agents), what="four agents")
         await until(pilot, lambda: table.get_cell("sub-looper", "status").plain == "duplicate", what="the loop")
-        flat = [row.key.value for row in table.ordered_rows]
+        flat = list(table.ordered_keys)
         assert flat == ["sub-looper", "other-busy", "session-calm", "sub-quiet"]  # most dangerous first
         table.move_cursor(row=table.get_row_index("sub-quiet"))
         await until(pilot, lambda: table.selected == "sub-quiet", what="sub-quiet selected")
@@ -175,7 +175,7 @@ async def test_t_shows_subagents_right_after_their_parent_and_back_flat_with_the
 
         await pilot.press("t")
         await until(pilot, lambda: table.get_row_index("sub-looper") == 0, what="flat again")
-        assert [row.key.value for row in table.ordered_rows] == flat
+        assert list(table.ordered_keys) == flat
         assert table.get_cell("sub-quiet", "agent").plain == "sub-quiet"
         assert table.selected == "sub-quiet" and table.cursor_row == table.get_row_index("sub-quiet")
 

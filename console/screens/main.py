@@ -13,7 +13,7 @@ from textual.app import ComposeResult, SystemCommand
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer, Input, Static
+from textual.widgets import Footer, Input, Static
 
 from console.actions import Actions
 from console.link import GuardLink
@@ -223,14 +223,14 @@ class MainScreen(Screen[None]):
             return
         self._drawn, self._drawn_at = state.version, now
         colors = self.roles()
-        agents = state.shown()  # flat, or as a tree (`t`)
+        order, tree = state.table_rows()  # flat, or as a tree (`t`)
         table = self.agents_table
         with self.app.batch_update():
             self.header.show(state, colors, self.readonly, self.frozen)
             self.activity.show(state.activity, now, colors)
-            table.reconcile(agents, now, state.marked, colors)
+            table.reconcile(order, state.agents, now, state.marked, colors, tree)
             self.show_detail(table.selected, colors, now)
-            limit_of = {a.id: a.data.duplicate_limit for a in state.agents.values()}
+            limit_of = {k.agent: a.data.duplicate_limit for k in state.top_keys if (a := state.agents.get(k.agent))}
             self.keys_table.show(state.top_keys, limit_of, state.exempt, colors)
             trips = self.trips_table
             trips.add_trips(state.take_new_trips(), colors)
@@ -238,8 +238,8 @@ class MainScreen(Screen[None]):
             if trips.unseen:
                 title += f"  — {trips.unseen} new ↓"
             self.trips_title.update(Text(title))
-            order = "subagents under their parent, most dangerous first" if state.tree else "most dangerous first"
-            shown = f"Agents — {order} ({sum(not a.context for a in agents)}"
+            how = "subagents under their parent, most dangerous first" if state.tree else "most dangerous first"
+            shown = f"Agents — {how} ({len(order) - sum(context for _glyphs, context in tree.values())}"
             shown += f" of {len(state.agents)} match the filter)" if state.filter else ")"
             self.agents_title.update(Text(shown))
 
@@ -409,9 +409,9 @@ class MainScreen(Screen[None]):
             self.state.set_filter("")
             self.agents_table.focus()
 
-    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
-        """`enter` on an agent (the table takes the key itself): its drill-down."""
-        if event.data_table is self.agents_table and not self.session.ending:
+    def on_agents_table_opened(self, event: AgentsTable.Opened) -> None:
+        """A click on the selected agent: its drill-down (`enter` is this screen's own key)."""
+        if not self.session.ending:
             event.stop()
             self.action_open_agent()
 

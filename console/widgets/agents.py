@@ -1,18 +1,22 @@
-"""The agents table: one row per agent, most dangerous first (or as a tree), reconciled by row key; as many
-columns as fit."""
+"""The agents table: one line per agent, most dangerous first (or as a tree), as many columns as fit; a view over
+the console's order that draws only the lines on screen, however many agents the guard knows."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Hashable, Mapping, Sequence
 
+from rich.segment import Segment
+from rich.style import Style
 from rich.text import Text
+from textual import events
+from textual.binding import Binding
+from textual.geometry import Region, Size, Spacing
 from textual.message import Message
-from textual.widgets import DataTable
-from textual.widgets.data_table import CellType, ColumnKey, RowKey
+from textual.scroll_view import ScrollView
+from textual.strip import Strip
 
-from console.state import Agent, ShownAgent
+from console.state import Agent
 from console.widgets.cells import age, clip, gauge, plain, ratio_color, sparkline, status_text
-from console.widgets.rows import KeyedTable, KeyedText, batched_writes, keyed, update_cells
 
 __all__ = [
     "AGENT_MIN_WIDTH",
@@ -23,13 +27,13 @@ __all__ = [
     "TOOL_WIDTH",
     "AgentsTable",
     "fit_columns",
-    "resizable",
 ]
 
 AGENT_WIDTH = 24
 AGENT_MIN_WIDTH = 16  # an id cut to 16 still shows both ends (clip keeps them); narrower, ids blur together
 TOOL_WIDTH = 13
 STATUS_WIDTH = 18  # "warned · duplicate"
+PADDING = 1  # blank cells each side of a column, as DataTable has
 
 # Who, its status and how close its worst repeat is to the limit: shown at any width.
 ALWAYS = ("mark", "agent", "status", "worst")
@@ -40,7 +44,7 @@ ALWAYS = ("mark", "agent", "status", "worst")
 ROOM_ORDER = ("cap", "agent", "calls", "tool", "age", "window", "rate", "harness", "parent")
 
 
-def fit_columns(width: int, padding: int = 1) -> tuple[frozenset[str], int]:
+def fit_columns(width: int, padding: int = PADDING) -> tuple[frozenset[str], int]:
     """The columns that fit in `width` cells without scrolling sideways, and the agent column's width.
 
     ALWAYS are shown (below ~55 cells they scroll); the others are given room in ROOM_ORDER, stopping at
@@ -65,28 +69,63 @@ def fit_columns(width: int, padding: int = 1) -> tuple[frozenset[str], int]:
     return frozenset(shown), agent
 
 
-def resizable(table: DataTable) -> bool:
-    """Whether `table` keeps, besides what `batched_writes` needs, the two DataTable 8.2 internals a column
-    change uses: `_updated_cells` (cells whose width `add_column` has measured on idle: at 10k rows a
-    re-added column costs O(rows²) measures) and `_require_update_dimensions` (re-derive the scrollable
-    width after a column's width changed). Pinned by a test; without them a change takes the slow path."""
-    return (
-        batched_writes(table)
-        and isinstance(getattr(table, "_updated_cells", None), set)
-        and isinstance(getattr(table, "_require_update_dimensions", None), bool)
-    )
+class _Row:
+    """A line on screen as last drawn: what its cells were rendered from (`inputs`), its cells (every column, in
+    COLUMNS order), the columns and agent width it was laid out for (`look`), and its strip without the cursor."""
+
+    __slots__ = ("cells", "inputs", "look", "strip")
+
+    def __init__(self, inputs: Hashable, cells: tuple[Text, ...], look: tuple[object, ...], strip: Strip) -> None:
+        self.inputs = inputs
+        self.cells = cells
+        self.look = look
+        self.strip = strip
 
 
-class AgentsTable(KeyedTable):
-    """Agents with live counts, keyed by agent id. The cursor follows the selected agent, not a row index.
+class AgentsTable(ScrollView, can_focus=True):
+    """Agents with live counts, one line each, in the order `reconcile` is given. The cursor stays on the
+    selected agent as the order changes, not on a line.
 
-    The columns that do not fit the width are taken out (`hidden`; the detail line shows them) and put
-    back when the terminal widens, from the cells the table already keeps: a resize renders no row."""
+    A view, not a store of rows (Textual's line API): the order is the console's own list of ids, and a line is
+    rendered when it is on screen and what it shows changed, so a frame costs the lines in view whether the
+    guard knows 100 agents or 10,000 (a DataTable of 10,000 rows re-derived its row order and offsets, O(rows),
+    on every cell write). The columns that do not fit the width are left out (`hidden`; the detail line shows
+    them) and come back when the terminal widens."""
 
     DEFAULT_CSS = """
-    AgentsTable { height: 1fr; }
-    AgentsTable > .datatable--cursor { text-style: bold; }
+    AgentsTable {
+        height: 1fr;
+        background: $surface;
+        color: $foreground;
+        &:focus {
+            background-tint: $foreground 5%;
+            & > .agents-table--cursor {
+                background: $block-cursor-background;
+                color: $block-cursor-foreground;
+                text-style: bold;
+            }
+            & > .agents-table--header { background-tint: $foreground 5%; }
+        }
+        & > .agents-table--header { text-style: bold; background: $panel; color: $foreground; }
+        &:ansi > .agents-table--header { background: ansi_bright_blue; color: ansi_default; }
+        & > .agents-table--cursor {
+            background: $block-cursor-blurred-background;
+            color: $block-cursor-blurred-foreground;
+            text-style: bold;
+        }
+    }
     """
+    COMPONENT_CLASSES = {"agents-table--header", "agents-table--cursor"}
+    BINDINGS = [  # the cursor's own keys, like DataTable's and the call tail's: no ids, never rebound
+        Binding("up", "move(-1)", "Up", show=False),
+        Binding("down", "move(1)", "Down", show=False),
+        Binding("pageup", "page(-1)", "Page up", show=False),
+        Binding("pagedown", "page(1)", "Page down", show=False),
+        Binding("home", "first", "First", show=False),
+        Binding("end", "last", "Last", show=False),
+        Binding("left", "scroll_left", "Left", show=False),
+        Binding("right", "scroll_right", "Right", show=False),
+    ]
     COLUMNS = (
         ("mark", " ", 1),
         ("agent", "agent", AGENT_WIDTH),
@@ -101,13 +140,27 @@ class AgentsTable(KeyedTable):
         ("harness", "harness", 10),
         ("parent", "parent", 10),
     )
-    KEY_COLUMN = "agent"
+    _INDEX = {key: i for i, (key, _label, _width) in enumerate(COLUMNS)}
+    _META = tuple(Style.from_meta({"column": key}) for key, _label, _width in COLUMNS)  # see `_strip`
 
     def __init__(self, **kwargs: object) -> None:
-        super().__init__(**kwargs)
+        super().__init__(**kwargs)  # type: ignore[arg-type]
         self.agent_width = AGENT_WIDTH
-        self._tree: dict[str, tuple[str, bool]] = {}  # each tree row's glyphs and context flag (see ShownAgent)
+        self.selected: str | None = None  # the agent under the cursor
+        self.cursor_row = 0
         self._shown: tuple[str, ...] = tuple(key for key, _label, _width in self.COLUMNS)  # in table order
+        self._order: Sequence[str] = ()
+        self._agents: Mapping[str, Agent] = {}
+        self._tree: Mapping[str, tuple[str, bool]] = {}  # each tree row's glyphs and context flag (see ShownAgent)
+        self._marked: set[str] = set()
+        self._colors: Mapping[str, str] = {}
+        self._now = 0.0
+        self._index: dict[str, int] | None = None  # `_order` as id -> line; built when asked for
+        self._rows: dict[str, _Row] = {}  # the lines last drawn (on screen, and the cursor's)
+        self._look: tuple[object, ...] = (self._shown, self.agent_width)  # what every line's layout depends on
+        self._header: Strip | None = None
+
+    # -- what it shows ------------------------------------------------------------------------------------
 
     @property
     def shown(self) -> tuple[str, ...]:
@@ -116,15 +169,48 @@ class AgentsTable(KeyedTable):
 
     @property
     def hidden(self) -> frozenset[str]:
-        """The keys of the columns taken out for want of width."""
+        """The keys of the columns left out for want of width."""
         return frozenset(key for key, _label, _width in self.COLUMNS if key not in self._shown)
 
-    def agent_cell(self, key: str, glyphs: str = "", context: bool = False) -> KeyedText:
+    @property
+    def column_labels(self) -> list[str]:
+        """The header's labels, in table order."""
+        return [label for _key, label, _width in self._columns()]
+
+    @property
+    def row_count(self) -> int:
+        return len(self._order)
+
+    @property
+    def ordered_keys(self) -> Sequence[str]:
+        """The agents in the order shown (the list `reconcile` was given: read it, do not change it)."""
+        return self._order
+
+    def current_key(self) -> str | None:
+        """The agent on the cursor's line."""
+        return self._order[self.cursor_row] if 0 <= self.cursor_row < len(self._order) else None
+
+    def get_row_index(self, key: str) -> int:
+        """The line `key` is on; KeyError if it is not shown."""
+        if self._index is None:
+            self._index = {k: i for i, k in enumerate(self._order)}
+        return self._index[key]
+
+    def get_row(self, key: str) -> list[Text]:
+        """The cells of `key`'s line in the columns on screen, as they are drawn now."""
+        cells = self._row(key).cells
+        return [cells[self._INDEX[column]] for column in self._shown]
+
+    def get_cell(self, key: str, column: str) -> Text:
+        """One cell of `key`'s line, by the column's key (shown or not)."""
+        return self._row(key).cells[self._INDEX[column]]
+
+    def agent_cell(self, key: str, glyphs: str = "", context: bool = False) -> Text:
         """The id cut to what the agent column leaves beside the tree glyphs; dim when shown only as context."""
         cell = plain(clip(key, self.agent_width - len(glyphs)), style="dim" if context else "")
         if glyphs:
             cell = Text.assemble((glyphs, "dim"), cell, no_wrap=True, overflow="ellipsis")
-        return keyed(cell, key)
+        return cell
 
     def render_row(
         self,
@@ -135,6 +221,7 @@ class AgentsTable(KeyedTable):
         glyphs: str = "",
         context: bool = False,
     ) -> tuple[Text, ...]:
+        """An agent's cells, one per column in COLUMNS order."""
         d = agent.data
         cap = d.cap
         calls = d.calls
@@ -165,51 +252,112 @@ class AgentsTable(KeyedTable):
             plain(clip(d.parent or "", 10), style=colors["muted"]),
         )
 
-    def reconcile(self, shown: list[ShownAgent], now: float, marked: set[str], colors: Mapping[str, str]) -> None:
-        """Make the table show these agents in this order, touching only what changed and rendering only the rows
-        on screen (`show_window`): a row whose tree glyphs changed re-renders, and only its agent cell is written.
-        At 10,000 agents every row rendered once a second (the ages move) took the console's whole time."""
-        by_id = {s.agent.id: s for s in shown}
-        self._tree = {s.agent.id: (s.glyphs, s.context) for s in shown if s.glyphs or s.context}
-        palette = tuple(colors.values())
-
-        def inputs(key: str) -> tuple[object, ...]:
-            s = by_id[key]
-            a = s.agent
-            return (
-                a.version,
-                key in marked,
-                int(now - a.data.last_seen) if a.data.last_seen else None,  # ages show whole seconds
-                tuple(a.rate),
-                palette,
-                s.glyphs,
-                s.context,
-            )
-
-        def render(key: str) -> tuple[Text, ...]:
-            s = by_id[key]
-            return self.render_row(s.agent, now, key in marked, colors, s.glyphs, s.context)
-
-        self.show_window(list(by_id), inputs, render)
-
-    # -- fitting the width ------------------------------------------------------------------------------
-
-    def add_row(
-        self, *cells: CellType, height: int | None = 1, key: str | None = None, label: str | Text | None = None
-    ) -> RowKey:
-        # `show_rows` hands a cell for every column; a hidden column's waits in `_cells` until it is back.
-        if len(cells) == len(self.COLUMNS) and len(self._shown) < len(cells):
-            index = {column: i for i, (column, _label, _width) in enumerate(self.COLUMNS)}
-            cells = tuple(cells[index[column]] for column in self._shown)
-        return super().add_row(*cells, height=height, key=key, label=label)
-
-    def update_cell(
-        self, row_key: RowKey | str, column_key: ColumnKey | str, value: CellType, *, update_width: bool = False
+    def reconcile(
+        self,
+        order: Sequence[str],
+        agents: Mapping[str, Agent],
+        now: float,
+        marked: set[str],
+        colors: Mapping[str, str],
+        tree: Mapping[str, tuple[str, bool]] | None = None,
     ) -> None:
-        column = column_key.value if isinstance(column_key, ColumnKey) else column_key
-        if column in self.hidden:
-            return  # kept in `_cells`, written when its column is back
-        super().update_cell(row_key, column_key, value, update_width=update_width)
+        """Show the agents `order` names, in that order (`agents` has each; `tree` the glyphs of tree rows). The
+        list is kept, not copied: the caller hands a new one when the order changes. Nothing is rendered here:
+        the lines on screen are, when drawn, each only if what it shows changed."""
+        if order is not self._order:
+            self._order = order
+            self._index = None
+        self._agents, self._tree, self._marked, self._now = agents, tree or {}, marked, now
+        if colors != self._colors:
+            self._colors = dict(colors)
+            self._restyle()
+        self._anchor()
+        self._resize_virtual()
+        if len(self._rows) > 2 * max(self.scrollable_content_region.height, 50):
+            self.forget_hidden_rows()
+        self.refresh()
+
+    # -- the cursor -----------------------------------------------------------------------------------------
+
+    def move_cursor(self, *, row: int) -> None:
+        """Put the cursor on line `row` (clamped), and that line in view."""
+        order = self._order
+        if not order:
+            return
+        row = min(max(row, 0), len(order) - 1)
+        key = order[row]
+        moved = key != self.selected
+        self.cursor_row, self.selected = row, key
+        self._reveal()
+        self.refresh()
+        if moved:
+            self.post_message(self.Selected(key))
+
+    def _anchor(self) -> None:
+        """After the order changed: the cursor back on the selected agent, or, if it left, on the agent now on the
+        cursor's line."""
+        order = self._order
+        if not order:
+            if self.selected is not None:
+                self.selected, self.cursor_row = None, 0
+                self.post_message(self.Selected(None))
+            return
+        key = self.selected
+        row = self.cursor_row
+        if key is not None and row < len(order) and order[row] == key:
+            return  # where it was
+        if key is not None and key in self._agents:
+            try:
+                self.cursor_row = self._index[key] if self._index is not None else order.index(key)
+            except (KeyError, ValueError):
+                pass  # filtered out: it leaves the cursor's line to the agent there
+            else:
+                self._reveal()
+                return
+        self.cursor_row = min(row, len(order) - 1)
+        self.selected = order[self.cursor_row]
+        self.post_message(self.Selected(self.selected))
+
+    def _reveal(self) -> None:
+        """Scroll the cursor's line into view (the header line stays on top)."""
+        self.scroll_to_region(  # the header covers the top line of the window: the cursor's line must be below it
+            Region(0, self.cursor_row + 1, 1, 1),
+            spacing=Spacing(1, 0, 0, 0),
+            animate=False,
+            immediate=True,
+            force=True,
+            x_axis=False,
+        )
+
+    def _page(self) -> int:
+        return max(1, self.scrollable_content_region.height - 2)
+
+    def action_move(self, by: int) -> None:
+        self.move_cursor(row=self.cursor_row + by)
+
+    def action_page(self, by: int) -> None:
+        self.move_cursor(row=self.cursor_row + by * self._page())
+
+    def action_first(self) -> None:
+        self.move_cursor(row=0)
+
+    def action_last(self) -> None:
+        self.move_cursor(row=len(self._order) - 1)
+
+    def on_click(self, event: events.Click) -> None:
+        """A click selects its line; a click on the cursor's line opens it (as DataTable's does)."""
+        offset = event.get_content_offset(self)
+        if offset is None or offset.y < 1:
+            return
+        row = int(self.scroll_offset.y) + offset.y - 1
+        if not 0 <= row < len(self._order):
+            return
+        if row == self.cursor_row:
+            self.post_message(self.Opened(self._order[row]))
+        else:
+            self.move_cursor(row=row)
+
+    # -- fitting the width ----------------------------------------------------------------------------------
 
     def on_resize(self) -> None:
         # Also on a change of the scrollable size: the vertical scrollbar coming or going changes the width.
@@ -217,70 +365,163 @@ class AgentsTable(KeyedTable):
 
     def fit(self, width: int) -> None:
         """Show the columns that fit in `width` cells, by ROOM_ORDER."""
-        if width <= 0 or not self.columns:
-            return  # not laid out yet, or the columns are not added yet
-        keys, agent_width = fit_columns(width, self.cell_padding)
+        if width <= 0:
+            return  # not laid out yet
+        keys, agent_width = fit_columns(width, PADDING)
         shown = tuple(key for key, _label, _width in self.COLUMNS if key in keys)
         if shown == self._shown and agent_width == self.agent_width:
             return
-        keep = min(len(shown), len(self._shown))  # how many columns, from the left, stay as they are
-        for i, (old, new) in enumerate(zip(self._shown, shown, strict=False)):
-            if old != new:
-                keep = i
-                break
-        if agent_width != self.agent_width:
-            self._set_agent_width(agent_width)
-            if not resizable(self):
-                keep = min(keep, self._shown.index("agent"))  # the slow path: the agent column is re-added
         changed_columns = shown != self._shown
-        self._replace_columns(shown, keep)
+        self._shown, self.agent_width = shown, agent_width
+        self._look = (shown, agent_width)  # each line is laid out again from the cells it has (`_row`)
+        self._header = None
+        self._resize_virtual()
+        self.refresh()
         if changed_columns:
             self.post_message(self.ColumnsChanged(self.hidden))
 
-    def _set_agent_width(self, width: int) -> None:
-        """Cut the ids to `width` (both ends kept) and size the agent column to it."""
-        self.agent_width = width
-        changed: list[tuple[str, str, Text]] = []
-        for key in self._inputs:  # the rows rendered (on screen, for `show_window`); the others hold the stub
-            cells = self._cells[key]
-            cell = self.agent_cell(key, *self._tree.get(key, ("", False)))
-            self._cells[key] = (cells[0], cell, *cells[2:])
-            changed.append((key, "agent", cell))
-        column = self.columns.get(ColumnKey("agent"))
-        if column is None or not resizable(self):
-            return  # the agent column is re-added, with these cells
-        column.width = width
-        update_cells(self, changed)
-        self._require_update_dimensions = True  # the scrollable width, re-derived on idle
-        self.check_idle()
+    def _widths(self) -> list[tuple[int, int]]:
+        """(index in COLUMNS, width) of each column on screen."""
+        return [(self._INDEX[key], self.agent_width if key == "agent" else w) for key, _l, w in self._columns()]
 
-    def _replace_columns(self, shown: tuple[str, ...], keep: int) -> None:
-        """Take out the columns after the first `keep` and add `shown[keep:]` with their cells."""
-        for key in self._shown[keep:]:
-            self.remove_column(key)
-        self._shown = shown
-        spec = {key: (i, label, width) for i, (key, label, width) in enumerate(self.COLUMNS)}
-        changed: list[tuple[str, str, Text]] = []
-        for key in shown[keep:]:
-            i, label, width = spec[key]
-            self.add_column(label, key=key, width=self.agent_width if key == "agent" else width)
-            changed.extend((row, key, cells[i]) for row, cells in self._cells.items())
-        if not changed:
-            return
-        if resizable(self):
-            self._updated_cells.clear()  # every column has a fixed width: nothing to measure
-        update_cells(self, changed)
+    def _columns(self) -> list[tuple[str, str, int]]:
+        shown = set(self._shown)
+        return [c for c in self.COLUMNS if c[0] in shown]
 
-    # -- messages ---------------------------------------------------------------------------------------
+    def _table_width(self) -> int:
+        return sum(w + 2 * PADDING for _i, w in self._widths())
 
-    def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
-        # KeyedTable's handler (which Textual calls too) keeps `selected`.
-        self.post_message(self.Selected(event.row_key.value))
+    def _resize_virtual(self) -> None:
+        size = Size(self._table_width(), len(self._order) + 1)  # the header is line 0
+        if size != self.virtual_size:
+            self.virtual_size = size
+
+    # -- drawing --------------------------------------------------------------------------------------------
+
+    def _restyle(self) -> None:
+        """Forget every drawn line: the palette changed."""
+        self._rows.clear()
+        self._header = None
+
+    def notify_style_update(self) -> None:
+        self._rows.clear()  # a new theme or CSS, focus, or hover: the component styles may have changed
+        self._header = None
+        super().notify_style_update()
+
+    def _inputs(self, key: str) -> Hashable:
+        a = self._agents[key]
+        glyphs, context = self._tree.get(key, ("", False))
+        last_seen = a.data.last_seen
+        return (
+            a.version,
+            key in self._marked,
+            int(self._now - last_seen) if last_seen else None,  # ages show whole seconds
+            tuple(a.rate),
+            glyphs,
+            context,
+        )
+
+    def _row(self, key: str) -> _Row:
+        """`key`'s line, its cells rendered again only if what they show changed since, and laid out again if the
+        columns or the agent column's width changed (a resize renders no cell but the agent's)."""
+        inputs = self._inputs(key)
+        look = self._look
+        row = self._rows.get(key)
+        if row is not None and row.inputs == inputs:
+            if row.look != look:
+                cells = row.cells
+                if row.look[1] != look[1]:  # the ids are cut to the new width
+                    glyphs, context = self._tree.get(key, ("", False))
+                    index = self._INDEX["agent"]
+                    cells = (*cells[:index], self.agent_cell(key, glyphs, context), *cells[index + 1 :])
+                row.cells, row.look, row.strip = cells, look, self._strip(cells)
+            return row
+        glyphs, context = self._tree.get(key, ("", False))
+        cells = self.render_row(self._agents[key], self._now, key in self._marked, self._colors, glyphs, context)
+        row = _Row(inputs, cells, look, self._strip(cells))
+        self._rows[key] = row
+        return row
+
+    def _strip(self, cells: Sequence[Text]) -> Strip:
+        """The cells of the columns on screen as one line, each padded and cut to its width. Each column's
+        segments carry its key as meta, as DataTable's cells do: a screenshot draws each column as text of its
+        own, placed at its column, rather than one run for the line whose spaces a viewer may narrow."""
+        console = self.app.console
+        segments: list[Segment] = []
+        for index, width in self._widths():
+            cell = cells[index]
+            if cell.cell_len > width:
+                cell = cell.copy()
+                cell.truncate(width, overflow=cell.overflow or "ellipsis")
+            # A Text without spans renders without its own style (its console render adds it): add it here.
+            line = list(cell.render(console)) if cell.spans else [Segment(cell.plain, console.get_style(cell.style))]
+            room = width - cell.cell_len
+            left = PADDING + (room if room > 0 and cell.justify == "right" else 0)
+            right = PADDING + (room if room > 0 and cell.justify != "right" else 0)
+            column = [Segment(" " * left), *line, Segment(" " * right)]
+            segments.extend(Segment.apply_style(column, post_style=self._META[index]))
+        return Strip(segments)
+
+    def _header_strip(self) -> Strip:
+        if self._header is None:
+            labels = [Text(label) for _key, label, _width in self._columns()]
+            cells: list[Text] = [Text()] * len(self.COLUMNS)
+            for (index, _width), label in zip(self._widths(), labels, strict=True):
+                cells[index] = label
+            self._header = self._strip(cells)
+        return self._header
+
+    def render_line(self, y: int) -> Strip:
+        width = self.scrollable_content_region.width
+        x = int(self.scroll_offset.x)
+        base = self.rich_style
+        if y == 0:
+            style = base + self.get_component_rich_style("agents-table--header")
+            strip = self._header_strip()
+        else:
+            row = int(self.scroll_offset.y) + y - 1
+            if not 0 <= row < len(self._order) or not self._colors:
+                return Strip.blank(width, base)
+            key = self._order[row]
+            strip = self._row(key).strip
+            style = base
+            if row == self.cursor_row:
+                cursor = self.get_component_rich_style("agents-table--cursor")
+                # The cursor's colours over the cells' own, as DataTable's cursor does by default.
+                post = Style(color=cursor.color, bgcolor=cursor.bgcolor, bold=cursor.bold)
+                strip = Strip(Segment.apply_style(strip, base + cursor, post), strip.cell_length)
+                return strip.extend_cell_length(x + width, base + cursor).crop(x, x + width)
+        strip = Strip(Segment.apply_style(strip, style), strip.cell_length)
+        return strip.extend_cell_length(x + width, style).crop(x, x + width)
+
+    def on_focus(self) -> None:
+        self.refresh()
+
+    def on_blur(self) -> None:
+        self.refresh()
+
+    def forget_hidden_rows(self) -> None:
+        """Drop the lines no longer on screen (the cursor's is kept): bounded by the screen, not the agents."""
+        top = int(self.scroll_offset.y)
+        keep = set(self._order[top : top + self.scrollable_content_region.height])
+        if self.selected is not None:
+            keep.add(self.selected)
+        for key in [k for k in self._rows if k not in keep]:
+            del self._rows[key]
+
+    # -- messages -------------------------------------------------------------------------------------------
 
     class Selected(Message):
         """The operator moved to another agent (the detail line follows at once, not at the next tick)."""
 
         def __init__(self, agent: str | None) -> None:
+            super().__init__()
+            self.agent = agent
+
+    class Opened(Message):
+        """A click on the cursor's line: open that agent."""
+
+        def __init__(self, agent: str) -> None:
             super().__init__()
             self.agent = agent
 

@@ -41,6 +41,9 @@ class TripsTable(DataTable):
         if not trips:
             return
         follow = self.at_bottom or self.row_count == 0
+        if len(trips) >= MAX_ROWS:  # a flood (thousands of agents tripping at once): only the newest are kept
+            self.clear()
+            trips = trips[-MAX_ROWS:]
         for trip in trips:
             kind = trip.kind
             stamp = time.strftime("%H:%M:%S", time.localtime(trip.time)) if trip.time else "--:--:--"
@@ -53,7 +56,7 @@ class TripsTable(DataTable):
                 key=str(self._next),
             )
             self._next += 1
-        while self.row_count > MAX_ROWS:
+        while self.row_count > MAX_ROWS:  # each removal re-indexes the rows: at most a batch's worth, not a flood
             self.remove_row(str(self._next - self.row_count))
         if follow:
             self.unseen = 0
