@@ -173,6 +173,9 @@ class ConsoleState:
         # whose row, rate or presence changed since, and the ids most dangerous first.
         self._danger: dict[str, tuple[int, float, float, int, str]] = {}
         self._dirty: set[str] = set()
+        # Agents whose rate may move at the next sample: a new row since, or calls still in the sparkline. An idle
+        # agent's rate is all zeros and stays so: at 10,000 mostly idle agents, `sample` visits the busy ones only.
+        self._rating: set[str] = set()
         self._ranked_ids: list[str] = []
         self._ranked: list[Agent] | None = None  # `_ranked_ids` as agents; None: to be rebuilt
 
@@ -184,8 +187,10 @@ class ConsoleState:
         if frame.full:
             self._full = set()
         dirty = self._dirty
+        rating = self._rating
         for row in frame.agents:
             dirty.add(row.agent)
+            rating.add(row.agent)
             agent = self.agents.get(row.agent)
             if agent is None:
                 agent = self.agents[row.agent] = Agent(row.agent, row, sampled_calls=row.calls)
@@ -231,15 +236,21 @@ class ConsoleState:
             return
         elapsed = now - self._sample_at if self._sample_at else RATE_PERIOD
         self._sample_at = now
-        moved = self._dirty
-        for agent in self.agents.values():
+        moved, agents, rating = self._dirty, self.agents, self._rating
+        for agent_id in list(rating):
+            agent = agents.get(agent_id)
+            if agent is None:
+                rating.discard(agent_id)
+                continue
             calls = agent.data.calls
             rate, now_rate = agent.rate, max(0, calls - agent.sampled_calls)
             leaving = rate[0] if len(rate) == rate.maxlen else 0  # the slot that falls out
             rate.append(now_rate)
             agent.sampled_calls = calls
             if now_rate != leaving:
-                moved.add(agent.id)  # its calls/s, part of its danger, changed
+                moved.add(agent_id)  # its calls/s, part of its danger, changed
+            elif not now_rate and not any(rate):
+                rating.discard(agent_id)  # idle for the whole sparkline: nothing to move until it calls again
         if self.stats is not None:
             checks = self.stats.checks
             if self._sample_checks is not None:

@@ -217,3 +217,20 @@ def test_the_kept_flat_order_always_equals_a_full_sort_by_danger_as_rows_rates_a
         assert [a.id for a in state.ranked()] == expected, f"step {step}"
         assert [s.agent.id for s in state.shown()] == expected
     assert state.ranked() is state.ranked()  # nothing changed between the two: the same list, not a new sort
+
+
+def test_an_agent_idle_for_the_whole_sparkline_shows_its_calls_again_once_it_calls():
+    now = [1000.0]
+    state = ConsoleState(clock=lambda: now[0])
+    row = make("idle").data
+    state.apply(StateFrame(seq=0, full=True, time=now[0], agents=[row], gone=[]))
+    for _ in range(20):  # past the sparkline's span: every slot zero, the agent no longer sampled
+        now[0] += 1.0
+        state.sample()
+    assert list(state.agents["idle"].rate) == [0] * len(state.agents["idle"].rate)
+    now[0] += 0.5
+    state.apply(StateFrame(seq=1, full=False, time=now[0], agents=[replace(row, calls=row.calls + 5)], gone=[]))
+    now[0] += 1.0
+    state.sample()
+    assert state.agents["idle"].rate[-1] == 5
+    assert [a.id for a in state.ranked()] == ["idle"]

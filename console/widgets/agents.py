@@ -73,13 +73,14 @@ class _Row:
     """A line on screen as last drawn: what its cells were rendered from (`inputs`), its cells (every column, in
     COLUMNS order), the columns and agent width it was laid out for (`look`), and its strip without the cursor."""
 
-    __slots__ = ("cells", "inputs", "look", "strip")
+    __slots__ = ("cells", "final", "inputs", "look", "strip")
 
     def __init__(self, inputs: Hashable, cells: tuple[Text, ...], look: tuple[object, ...], strip: Strip) -> None:
         self.inputs = inputs
         self.cells = cells
         self.look = look
         self.strip = strip
+        self.final: tuple[Hashable, Strip] | None = None  # (its token, the line as drawn on screen) — see render_line
 
 
 class AgentsTable(ScrollView, can_focus=True):
@@ -159,6 +160,9 @@ class AgentsTable(ScrollView, can_focus=True):
         self._rows: dict[str, _Row] = {}  # the lines last drawn (on screen, and the cursor's)
         self._look: tuple[object, ...] = (self._shown, self.agent_width)  # what every line's layout depends on
         self._header: Strip | None = None
+        self._style: tuple[Style, Style, Style, Style] | None = None  # see `_styles`
+        self._epoch = 0  # bumped when the styles change: every line drawn before is out of date
+        self._drawn: dict[int, Hashable] = {}  # screen line -> the token it was last drawn with
 
     # -- what it shows ------------------------------------------------------------------------------------
 
@@ -275,7 +279,7 @@ class AgentsTable(ScrollView, can_focus=True):
         self._resize_virtual()
         if len(self._rows) > 2 * max(self.scrollable_content_region.height, 50):
             self.forget_hidden_rows()
-        self.refresh()
+        self._refresh_changed()
 
     # -- the cursor -----------------------------------------------------------------------------------------
 
@@ -289,7 +293,7 @@ class AgentsTable(ScrollView, can_focus=True):
         moved = key != self.selected
         self.cursor_row, self.selected = row, key
         self._reveal()
-        self.refresh()
+        self._refresh_changed()  # the line it left and the line it is on (scrolling redraws them all)
         if moved:
             self.post_message(self.Selected(key))
 
@@ -402,10 +406,11 @@ class AgentsTable(ScrollView, can_focus=True):
         """Forget every drawn line: the palette changed."""
         self._rows.clear()
         self._header = None
+        self._epoch += 1
 
     def notify_style_update(self) -> None:
-        self._rows.clear()  # a new theme or CSS, focus, or hover: the component styles may have changed
-        self._header = None
+        self._style = None  # a new theme or CSS, or focus: the component styles may have changed
+        self._epoch += 1
         super().notify_style_update()
 
     def _inputs(self, key: str) -> Hashable:
@@ -434,7 +439,7 @@ class AgentsTable(ScrollView, can_focus=True):
                     glyphs, context = self._tree.get(key, ("", False))
                     index = self._INDEX["agent"]
                     cells = (*cells[:index], self.agent_cell(key, glyphs, context), *cells[index + 1 :])
-                row.cells, row.look, row.strip = cells, look, self._strip(cells)
+                row.cells, row.look, row.strip, row.final = cells, look, self._strip(cells), None
             return row
         glyphs, context = self._tree.get(key, ("", False))
         cells = self.render_row(self._agents[key], self._now, key in self._marked, self._colors, glyphs, context)
@@ -471,28 +476,64 @@ class AgentsTable(ScrollView, can_focus=True):
             self._header = self._strip(cells)
         return self._header
 
+    def _styles(self) -> tuple[Style, Style, Style, Style]:
+        """The widget's style, the header's, the cursor's, and the cursor's colours that go over the cells' own (as
+        DataTable's cursor does by default): kept until the styles change (focus, a theme)."""
+        if self._style is None:
+            base = self.rich_style
+            cursor = self.get_component_rich_style("agents-table--cursor")
+            over = Style(color=cursor.color, bgcolor=cursor.bgcolor, bold=cursor.bold)
+            self._style = (base, base + self.get_component_rich_style("agents-table--header"), base + cursor, over)
+        return self._style
+
+    def _token(self, row: int, x: int, width: int) -> Hashable:
+        """Everything line `row` is drawn from: if it is what a screen line was drawn with, that line stands."""
+        key = self._order[row]
+        return (key, self._inputs(key), self._look, row == self.cursor_row, x, width, self._epoch)
+
     def render_line(self, y: int) -> Strip:
         width = self.scrollable_content_region.width
         x = int(self.scroll_offset.x)
-        base = self.rich_style
+        base, header, cursor, over = self._styles()
         if y == 0:
-            style = base + self.get_component_rich_style("agents-table--header")
             strip = self._header_strip()
-        else:
-            row = int(self.scroll_offset.y) + y - 1
-            if not 0 <= row < len(self._order) or not self._colors:
-                return Strip.blank(width, base)
-            key = self._order[row]
-            strip = self._row(key).strip
-            style = base
+            return (
+                Strip(Segment.apply_style(strip, header), strip.cell_length)
+                .extend_cell_length(x + width, header)
+                .crop(x, x + width)
+            )
+        row = int(self.scroll_offset.y) + y - 1
+        if not 0 <= row < len(self._order) or not self._colors:
+            self._drawn[y] = None
+            return Strip.blank(width, base)
+        token = self._token(row, x, width)
+        line = self._row(self._order[row])
+        if line.final is None or line.final[0] != token:
+            strip = line.strip
             if row == self.cursor_row:
-                cursor = self.get_component_rich_style("agents-table--cursor")
-                # The cursor's colours over the cells' own, as DataTable's cursor does by default.
-                post = Style(color=cursor.color, bgcolor=cursor.bgcolor, bold=cursor.bold)
-                strip = Strip(Segment.apply_style(strip, base + cursor, post), strip.cell_length)
-                return strip.extend_cell_length(x + width, base + cursor).crop(x, x + width)
-        strip = Strip(Segment.apply_style(strip, style), strip.cell_length)
-        return strip.extend_cell_length(x + width, style).crop(x, x + width)
+                strip = Strip(Segment.apply_style(strip, cursor, over), strip.cell_length)
+                strip = strip.extend_cell_length(x + width, cursor)
+            else:
+                strip = Strip(Segment.apply_style(strip, base), strip.cell_length).extend_cell_length(x + width, base)
+            line.final = (token, strip.crop(x, x + width))
+        self._drawn[y] = token
+        return line.final[1]
+
+    def _refresh_changed(self) -> None:
+        """Refresh the screen lines whose agent, or what it shows, changed since they were drawn; not the others
+        (a whole refresh has Textual draw every line of the widget again)."""
+        top, n, drawn = int(self.scroll_offset.y), len(self._order), self._drawn
+        x, width = int(self.scroll_offset.x), self.scrollable_content_region.width
+        changed = [
+            y
+            for y in range(1, self.scrollable_content_region.height)
+            if drawn.get(y, ()) != (self._token(top + y - 1, x, width) if top + y - 1 < n else None)
+        ]
+        while changed:  # consecutive lines in one region
+            first = last = changed.pop(0)
+            while changed and changed[0] == last + 1:
+                last = changed.pop(0)
+            self.refresh_lines(top + first, last - first + 1)
 
     def on_focus(self) -> None:
         self.refresh()
