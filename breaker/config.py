@@ -436,7 +436,7 @@ SETTINGS: tuple[Setting, ...] = (
         kind="bool",
         default=False,
         used_by=("server",),
-        help="export each deny and warning as an OpenTelemetry event over OTLP (needs cbconsole[otel]; OTEL_* variables)",
+        help="export each deny and warning as an OpenTelemetry event (needs cbconsole[otel]; OTEL_* variables)",
     ),
     Setting(
         key="interruptCommand",
