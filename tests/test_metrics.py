@@ -4,6 +4,7 @@ the endpoint changes the guard."""
 
 from __future__ import annotations
 
+import re
 import socket
 import subprocess
 import sys
@@ -287,3 +288,14 @@ def test_the_tally_copy_is_not_changed_by_later_counts():
     tally.observe(1e-4)
     assert copy.checks == (("dsh", (0, 0, 0, 1)),)
     assert copy.buckets[0] == 1 and copy.buckets[-1] == 1 and sum(copy.buckets) == 2
+
+
+def test_the_docs_metrics_table_is_what_a_guard_serves(guard_factory):
+    text = (ROOT / "docs" / "metrics.md").read_text()
+    table = text.split("<!-- metrics table:", 1)[1].split("<!-- end -->", 1)[0]
+    documented = [line.split("`")[1] for line in table.splitlines() if line.startswith("| `")]
+    g = guard_factory("--metrics", "127.0.0.1:0")
+    loop(g.socket, "a", 1)
+    served = names(scrape_until(metrics_url(g), lambda s: "cbconsole_checks_total" in names(s)))
+    families = {re.sub(r"_(bucket|sum|count)$", "", n) if "_duration_" in n else n for n in served}
+    assert sorted(documented) == sorted(f for f in families if f.startswith("cbconsole_"))
