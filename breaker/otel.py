@@ -16,6 +16,7 @@ from __future__ import annotations
 import queue
 import socket
 import threading
+import time
 from typing import Any
 
 from opentelemetry._logs import SeverityNumber
@@ -112,6 +113,7 @@ class DecisionExporter:
                 attributes=attributes(job),
                 event_name=EVENT,
             )
+            time.sleep(0)  # hand the interpreter back: the event loop waits at most one record for it
 
     def flush(self, timeout_millis: int = 5_000) -> bool:
         """Every event queued so far built and exported (blocking)."""
