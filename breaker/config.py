@@ -35,6 +35,7 @@ __all__ = [
     "check_fields",
     "describe_value",
     "docs_with_settings",
+    "metrics_address",
     "settings_markdown",
 ]
 
@@ -71,10 +72,11 @@ TOOL_KEYS: dict[str, str] = {
     "progress": "progress",
 }
 
-Kind = Literal["bool", "int", "names", "str", "argv", "choice", "tools"]
+Kind = Literal["bool", "int", "names", "str", "argv", "choice", "tools", "address"]
 """A setting's type: true/false; an integer in a range; a list of tool or argument names; a string;
 a command (argv: a fixed program, then its arguments); one word of a fixed set; per-tool overrides
-(a mapping of tool names to some of the rules' settings)."""
+(a mapping of tool names to some of the rules' settings); a TCP address to listen on (HOST:PORT or
+PORT, "" for none)."""
 Part = Literal["engine", "server", "dsh plugin"]
 """Who reads a setting: the engine's decisions, the guard server process, or the dsh plugin (in dsh's process)."""
 
@@ -137,6 +139,8 @@ class Setting:
             return "one of " + ", ".join(self.choices)
         if self.kind == "tools":
             return "a mapping of tool names to some of " + ", ".join(TOOL_KEYS)
+        if self.kind == "address":
+            return "HOST:PORT, or PORT alone for 127.0.0.1:PORT, or empty for off"
         return "a string"
 
     def check(self, value: Any, problems: list[Problem], where: str = "") -> Any:
@@ -158,6 +162,10 @@ class Setting:
             found = describe_value(value)
         elif self.kind == "str":
             if isinstance(value, str):
+                return value
+            found = describe_value(value)
+        elif self.kind == "address":
+            if isinstance(value, str) and (value == "" or metrics_address(value) is not None):
                 return value
             found = describe_value(value)
         elif self.kind == "names":
@@ -417,6 +425,20 @@ SETTINGS: tuple[Setting, ...] = (
         help="the guard's socket (empty = the default path)",
     ),
     Setting(
+        key="metrics",
+        kind="address",
+        default="",
+        used_by=("server",),
+        help="serve Prometheus metrics at http://HOST:PORT/metrics (cbconsole --headless --metrics wins over it)",
+    ),
+    Setting(
+        key="otelEvents",
+        kind="bool",
+        default=False,
+        used_by=("server",),
+        help="export each deny and warning as an OpenTelemetry event (needs cbconsole[otel]; OTEL_* variables)",
+    ),
+    Setting(
         key="interruptCommand",
         kind="argv",
         default=(),
@@ -579,6 +601,8 @@ class Config:
     fail_closed: bool = _D["fail_closed"]
     guard_timeout_ms: int = _D["guard_timeout_ms"]
     guard_socket: str = _D["guard_socket"]
+    metrics: str = _D["metrics"]
+    otel_events: bool = _D["otel_events"]
     interrupt_command: tuple[str, ...] = _D["interrupt_command"]
     # Not settings: notes about a valid but suspicious config (e.g. a window too small to ever trip).
     warnings: tuple[str, ...] = field(default=(), compare=False, repr=False)
@@ -677,7 +701,24 @@ _TYPES: dict[str, Any] = {
     "argv": tuple[str, ...],
     "choice": str,
     "tools": ToolOverrides,
+    "address": str,
 }
+
+
+def metrics_address(text: str) -> tuple[str, int] | None:
+    """`HOST:PORT`, `[IPv6]:PORT`, or `PORT` alone (loopback, 127.0.0.1) as (host, port); None if it is not one.
+    Port 0 asks the system for a free port."""
+    text = text.strip()
+    host, sep, port = text.rpartition(":")
+    if not sep:
+        host, port = "127.0.0.1", text
+    elif host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    elif ":" in host or not host:
+        return None  # an IPv6 address needs brackets; ":PORT" names no host
+    if not port.isdigit() or not 0 <= int(port) <= 65535 or not host or any(c.isspace() for c in host):
+        return None
+    return host, int(port)
 
 
 def _plain(setting: Setting, value: Any) -> Any:

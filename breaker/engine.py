@@ -931,6 +931,11 @@ class Guard:
         """Agents under an operator interrupt (tracked or not), least recently active first."""
         return list(self._interrupted)
 
+    @property
+    def interrupted_count(self) -> int:
+        """How many agents are under an operator interrupt (tracked or not)."""
+        return len(self._interrupted)
+
     def top_keys(self, top: int = 10) -> list[KeyView]:
         """The `top` most repeated keys across all agents' windows (keys seen at least twice).
 

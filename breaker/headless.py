@@ -37,8 +37,29 @@ def parser(prog: str = "cbconsole --headless") -> argparse.ArgumentParser:
         help="where the guard keeps its state across restarts (default: under $XDG_STATE_HOME/cbconsole/state/; "
         "'none' = keep nothing)",
     )
+    p.add_argument(
+        "--metrics",
+        metavar="HOST:PORT",
+        type=_address,
+        help="serve Prometheus metrics at http://HOST:PORT/metrics (PORT alone: on 127.0.0.1); wins over the "
+        "metrics setting for this run (docs/metrics.md)",
+    )
+    p.add_argument(
+        "--otel",
+        action="store_true",
+        help="export each deny and warning as an OpenTelemetry event over OTLP, as the OTEL_* variables say "
+        "(needs pip install 'cbconsole[otel]'); on whatever the otelEvents setting says",
+    )
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     return p
+
+
+def _address(text: str) -> str:
+    from breaker.config import metrics_address
+
+    if metrics_address(text) is None:
+        raise argparse.ArgumentTypeError(f"expected HOST:PORT, [IPv6]:PORT or PORT, found {text!r}")
+    return text
 
 
 def _seed_for(state: Path | None) -> int | None:
@@ -84,7 +105,15 @@ def main(argv: list[str] | None = None, prog: str = "cbconsole --headless") -> i
     from breaker.server import GuardServer, serve
 
     sources = PatchSources.from_env(profile=args.profile, patches=args.patch)
-    server = GuardServer(socket_path, sources, operator_socket=operator_path, state_path=state, hash_seed=seed)
+    server = GuardServer(
+        socket_path,
+        sources,
+        operator_socket=operator_path,
+        state_path=state,
+        hash_seed=seed,
+        metrics=args.metrics,
+        otel=args.otel,
+    )
     return serve(server)
 
 

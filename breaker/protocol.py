@@ -782,6 +782,10 @@ class GuardStats:
     commands_dropped: int = 0  # interrupt commands the queue had no room for
     state_file: str = ""  # where the guard keeps its state ("" = not kept)
     state_error: str | None = None
+    metrics: str = ""  # the URL the Prometheus metrics are served at ("" = not served)
+    metrics_error: str | None = None  # why the metrics could not be served where the config says
+    otel_events: bool = False  # denies and warnings are exported over OTLP
+    otel_error: str | None = None  # why they cannot be
 
     def to_json(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in fields(self)}

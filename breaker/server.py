@@ -5,8 +5,10 @@ in a directory of its own, serves everything. This module only moves bytes: asyn
 what they read to `ServerSession` (breaker/session.py) and write back what it gives, and the jobs the
 session asks for go to the parts that do that I/O — the patch layer (breaker/reload.py: read and
 written off the event loop's thread, one write at a time), interrupt commands (breaker/commands.py),
-the incident log (a thread of its own), the state file (breaker/keeper.py, breaker/store.py). The
-sockets on disk are breaker/listen.py's. A check never waits on any of them.
+the incident log (a thread of its own), the state file (breaker/keeper.py, breaker/store.py), the
+Prometheus metrics (breaker/metrics.py, a thread of its own fed a copy each tick) and the OpenTelemetry
+export (breaker/otel.py, the SDK's batch thread). The sockets on disk are breaker/listen.py's. A check
+never waits on any of them.
 """
 
 from __future__ import annotations
@@ -17,10 +19,11 @@ import logging
 import os
 import signal
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from breaker import __version__
 from breaker.commands import InterruptCommands, fill_command
@@ -33,8 +36,21 @@ from breaker.patch import Loaded, PatchSources, clean_stale_temps
 from breaker.paths import OPERATOR_SOCKET_ENV, default_operator_socket_path, default_socket_path, peer_ids, peer_option
 from breaker.protocol import HARNESS, MAX_FRAME, OPERATOR, PROTOCOL_VERSION, ConfigFrame, ConfigReply, ErrorReply
 from breaker.reload import ConfigWatcher, config_frame, write_changes
-from breaker.session import WRITE_HIGH, Channel, CommandJob, ConfigJob, DurableJob, IncidentJob, ServerSession
+from breaker.session import (
+    WRITE_HIGH,
+    Channel,
+    CommandJob,
+    ConfigJob,
+    DecisionJob,
+    DurableJob,
+    IncidentJob,
+    ServerSession,
+)
 from breaker.store import StateStore
+
+if TYPE_CHECKING:  # both are imported only once they are switched on
+    from breaker.metrics import GuardCollector, MetricsServer
+    from breaker.otel import DecisionExporter
 
 __all__ = ["GuardServer", "ServerError", "fill_command", "serve"]
 
@@ -150,7 +166,12 @@ class GuardServer:
         max_frame: int = MAX_FRAME,
         tick: float = 0.1,
         clock: Callable[[], float] = time.time,
+        metrics: str | None = None,
+        otel: bool = False,
     ) -> None:
+        """`metrics` (HOST:PORT, `cbconsole --headless --metrics`) serves them there for the process's life,
+        whatever the `metrics` setting says; None follows the setting. `otel` exports denies and warnings
+        whatever the `otelEvents` setting says."""
         self.socket_path = Path(socket_path) if socket_path is not None else default_socket_path()
         if operator_socket is None:
             operator_socket = default_operator_socket_path(self.socket_path)
@@ -181,6 +202,7 @@ class GuardServer:
         if sources is not None and config is None:
             self.watcher = ConfigWatcher(sources, on_change=self._config_loaded, on_error=self._config_failed)
         self._config_error: str | None = None
+        self._reloads_failed = 0
         self._config_lock = asyncio.Lock()  # one patch-layer write (or reload) at a time
         store = StateStore(Path(state_path), hash_seed, on_error=self._state_error) if state_path else None
         self.keeper = StateKeeper(self.session, store, self._saved) if store is not None else None
@@ -189,6 +211,15 @@ class GuardServer:
         self._pump_scheduled = False
         self._woken_again = False
         self._stopped = asyncio.Event()
+        self.metrics_flag = metrics
+        self.otel_flag = otel
+        self.metrics: MetricsServer | None = None
+        self.collector: GuardCollector | None = None
+        self._metrics_for: str | None = None  # the address the running (or failed) metrics server was asked for
+        self.otel: DecisionExporter | None = None
+        self._otel_for = False
+        self._outputs_lock = asyncio.Lock()  # one start, stop or move of the metrics or the export at a time
+        self._started = False
 
     @property
     def interrupt_timeout(self) -> float:
@@ -223,6 +254,7 @@ class GuardServer:
                     log.error("config not loaded, running with the built-in defaults: %s", self.watcher.error)
             if self.keeper is not None:
                 self.keeper.restore()
+            await self._follow_outputs(fatal=True)
             for plane, listener in self.listeners.items():
                 await listener.listen(self._factory(plane))
         except BaseException:
@@ -230,7 +262,9 @@ class GuardServer:
                 listener.release()
             if self.keeper is not None:
                 self.keeper.store.close()
+            await self._close_outputs()
             raise
+        self._started = True
         if peer_option() is None:
             log.warning(
                 "this platform (%s) cannot name a socket peer's user: only the sockets' private (0700) directories "
@@ -272,6 +306,7 @@ class GuardServer:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
         await self.commands.stop()
+        await self._close_outputs()
         if self.keeper is not None and self.keeper.store.running:
             await self.keeper.save(everything=True)
             await asyncio.to_thread(self.keeper.store.close)
@@ -315,6 +350,9 @@ class GuardServer:
             elif isinstance(job, CommandJob):
                 self.commands.submit(job.argv, job.agent)
                 session.stats.commands_dropped = self.commands.dropped
+            elif isinstance(job, DecisionJob):
+                if self.otel is not None:
+                    self.otel.emit(job)
 
     def _saved(self, jobs: list[DurableJob]) -> None:
         for job in jobs:
@@ -353,6 +391,7 @@ class GuardServer:
                     await listener.recheck(self._factory(plane))
             try:
                 self._refresh_stats()
+                self._publish_metrics()
                 self.session.tick(time.monotonic())
                 self.flush()
                 self.wake_pump()
@@ -391,11 +430,124 @@ class GuardServer:
 
     def _config_failed(self, error: ConfigError) -> None:
         self._config_error = str(error)
+        self._reloads_failed += 1
         self.session.set_config_frame(self._config_frame())
 
     def _apply(self, config: Config) -> None:
         self.guard.config = config
         self.incidents.path = config.incident_log
+        if self._started and not self._stopped.is_set():
+            self._spawn(self._follow_outputs(fatal=False))
+
+    # -- metrics and the OpenTelemetry export -----------------------------------------------------
+
+    async def _follow_outputs(self, *, fatal: bool) -> None:
+        """Start, stop or move the metrics server and the export to what the flags and the config say.
+        At start a flag's failure is fatal (`fatal`: raise ServerError); a setting's is reported in the
+        stats and the log, and tried again at the next reload that changes it."""
+        async with self._outputs_lock:
+            config = self.guard.config
+            metrics = self.metrics_flag if self.metrics_flag is not None else config.metrics
+            if metrics != self._metrics_for:
+                await self._move_metrics(metrics, fatal=fatal and self.metrics_flag is not None)
+            otel = self.otel_flag or config.otel_events
+            if otel != self._otel_for:
+                await self._switch_otel(otel, fatal=fatal and self.otel_flag)
+
+    async def _move_metrics(self, address: str, *, fatal: bool) -> None:
+        stats = self.session.stats
+        old, self.metrics = self.metrics, None
+        if old is not None:
+            await asyncio.to_thread(old.close)  # the old address is free before a new one is taken
+            log.info("metrics no longer served at %s", old.url)
+        self._metrics_for = address
+        stats.metrics, stats.metrics_error = "", None
+        self.session.timer = None
+        if not address:
+            return
+        try:
+            self.metrics = await asyncio.to_thread(self._serve_metrics, address)
+        except Exception as exc:
+            message = f"{exc} ({'--metrics' if self.metrics_flag is not None else 'the metrics setting'})"
+            if fatal:
+                raise ServerError(message) from None
+            stats.metrics_error = message
+            log.error("%s", message)
+            return
+        stats.metrics = self.metrics.url
+        self.session.timer = time.perf_counter
+        self._publish_metrics()
+        log.info("metrics served at %s", self.metrics.url)
+
+    def _serve_metrics(self, address: str) -> MetricsServer:
+        """Off the loop: prometheus-client's import and the bind."""
+        from breaker.metrics import GuardCollector, MetricsServer
+
+        if self.collector is None:
+            self.collector = GuardCollector()
+        return MetricsServer(address, self.collector)
+
+    def _publish_metrics(self) -> None:
+        """Hand the metrics thread a fresh copy of the counts (on the loop, each tick)."""
+        if self.metrics is None or self.collector is None:
+            return
+        from breaker.metrics import MetricsView
+
+        session, guard = self.session, self.guard
+        planes: dict[str, int] = {HARNESS: 0, OPERATOR: 0}
+        for ch in session.channels:
+            planes[ch.plane] = planes.get(ch.plane, 0) + 1
+        loaded = self.watcher.current if self.watcher is not None else None
+        self.collector.view = MetricsView(
+            taken=time.monotonic(),
+            tally=session.tally.copy(),
+            agents=len(guard),
+            interrupted=guard.interrupted_count,
+            connections=tuple(planes.items()),
+            paused=guard.paused,
+            enabled=guard.config.enabled and not (loaded is not None and loaded.disabled),
+            reloads_ok=self.watcher.reloads if self.watcher is not None else 0,
+            reloads_failed=self._reloads_failed,
+            config_ok=self.watcher is None or self.watcher.error is None,
+            state_ok=None if self.keeper is None else not (self.keeper.store.error or session.stats.state_error),
+            incidents_dropped=self.incidents.dropped,
+            commands_dropped=self.commands.dropped,
+        )
+
+    async def _switch_otel(self, on: bool, *, fatal: bool) -> None:
+        stats = self.session.stats
+        old, self.otel = self.otel, None
+        self.session.export_decisions = False
+        self._otel_for = on
+        stats.otel_events, stats.otel_error = False, None
+        if old is not None:
+            await _close_otel(old)
+            log.info("OpenTelemetry export stopped")
+        if not on:
+            return
+        try:
+            self.otel = await asyncio.to_thread(_make_exporter)
+        except Exception as exc:
+            source = "--otel" if self.otel_flag else "the otelEvents setting"
+            message = f"OpenTelemetry export not started ({source}): {exc}"
+            if fatal:
+                raise ServerError(message) from None
+            stats.otel_error = message
+            log.error("%s", message)
+            return
+        self.session.export_decisions = True
+        stats.otel_events = True
+        log.info("denies and warnings exported over OTLP to %s", self.otel.endpoint)
+
+    async def _close_outputs(self) -> None:
+        async with self._outputs_lock:
+            if self.metrics is not None:
+                metrics, self.metrics = self.metrics, None
+                await asyncio.to_thread(metrics.close)
+            if self.otel is not None:
+                otel, self.otel = self.otel, None
+                self.session.export_decisions = False
+                await _close_otel(otel)
 
     def _config_frame(self) -> ConfigFrame:
         loaded = self.watcher.current if self.watcher is not None else None
@@ -445,6 +597,41 @@ class GuardServer:
             self.watcher.accept(loaded)
             log.info("config set by the operator %s; written to %s", changes, target)
             return ConfigReply(self._config_frame(), str(target), set=True)
+
+
+def _make_exporter() -> DecisionExporter:
+    """Off the loop: the OpenTelemetry SDK's import, and its exporter built from the OTEL_* variables."""
+    try:
+        from breaker.otel import DecisionExporter
+    except ImportError as exc:
+        raise ServerError(
+            f"the OpenTelemetry SDK is not installed ({exc.name or exc}): pip install 'cbconsole[otel]'"
+        ) from None
+    return DecisionExporter()
+
+
+async def _close_otel(exporter: DecisionExporter, wait: float = 3.0) -> None:
+    """Flush and shut the export down on a thread of its own, waiting at most `wait` seconds: a collector
+    that never answers must not hold up a stop (the thread is a daemon; the process may exit without it)."""
+    done = asyncio.get_running_loop().create_future()
+    loop = asyncio.get_running_loop()
+
+    def finished() -> None:
+        if not done.done():
+            done.set_result(None)
+
+    def close() -> None:
+        try:
+            exporter.close()
+        finally:
+            with contextlib.suppress(RuntimeError):  # the loop may be gone already
+                loop.call_soon_threadsafe(finished)
+
+    threading.Thread(target=close, name="otel-close", daemon=True).start()
+    try:
+        await asyncio.wait_for(done, wait)
+    except TimeoutError:
+        log.warning("the OpenTelemetry export did not finish within %.0f s; events still queued are lost", wait)
 
 
 def _bad_config(exc: ConfigError) -> ErrorReply:

@@ -18,7 +18,7 @@ from typing import Any
 
 from breaker import __version__
 from breaker.config import PATCH_ONLY_KEYS, ConfigError
-from breaker.engine import AgentState, AgentView, Guard
+from breaker.engine import DENY_KINDS, AgentState, AgentView, Guard
 from breaker.keys import preview
 from breaker.protocol import (
     ALLOW_FRAME_TAIL,
@@ -68,6 +68,7 @@ from breaker.protocol import (
     decode_request,
     encode_frame,
 )
+from breaker.tally import ALLOW, DENY, PASS, WARN, Tally
 from breaker.wire import FrameBuffer
 
 __all__ = [
@@ -76,6 +77,7 @@ __all__ = [
     "Channel",
     "CommandJob",
     "ConfigJob",
+    "DecisionJob",
     "DurableJob",
     "IncidentJob",
     "ServerSession",
@@ -251,7 +253,26 @@ class IncidentJob:
     when: float
 
 
-Job = ConfigJob | DurableJob | CommandJob | IncidentJob
+@dataclass(slots=True)
+class DecisionJob:
+    """A deny or a warning, for the OpenTelemetry export (asked for only while it is on)."""
+
+    decision: str  # "deny" or "warn"
+    rule: str  # the deny's kind, or the rule that warned
+    agent: str
+    tool: str
+    call_id: str | int | None
+    harness: str
+    parent: str | None
+    conversation: str  # the top of the agent's parent chain, as the guard knows it (the agent itself if none)
+    count: int
+    limit: int
+    text: str  # what the model is told: the deny reason or the warning
+    first: bool  # a deny that is the agent's first of its kind (a trip)
+    when: float
+
+
+Job = ConfigJob | DurableJob | CommandJob | IncidentJob | DecisionJob
 
 
 @dataclass(slots=True)
@@ -310,6 +331,11 @@ class ServerSession:
         self._snapshots: deque[_SnapshotWork] = deque()
         self._stats_sent: tuple[Any, ...] = ()
         self.follows: dict[str, _Follow] = {}
+        # For the metrics: counts kept as checks are answered, and (while `timer` is set, a monotonic clock
+        # in seconds) the server's time per check. `export_decisions`: queue a DecisionJob per deny and warning.
+        self.tally = Tally(DENY_KINDS, tuple(k for k in DENY_KINDS if k != "interrupted"))
+        self.timer: Callable[[], float] | None = None
+        self.export_decisions = False
         self._handlers: dict[type[Request], Callable[[Channel, Any], bytes | Slot | None]] = {
             Hello: self._hello,
             Result: self._result,
@@ -466,12 +492,18 @@ class ServerSession:
     # -- requests -------------------------------------------------------------------------------
 
     def _handle(self, ch: Channel, frame: bytes) -> bytes | Slot | None:
+        timer = self.timer
+        start = timer() if timer is not None else 0.0
         try:
             req = decode_request(frame)
         except ProtocolError as exc:
             return ErrorReply(exc.code, exc.message).encode(exc.request_id)
         if type(req) is Check:
-            return self._check(ch, req)
+            if timer is None:
+                return self._check(ch, req)
+            reply = self._check(ch, req)
+            self.tally.observe(timer() - start)
+            return reply
         if ch.plane != OPERATOR and req.op not in HARNESS_OPS:
             return ErrorReply(
                 "operator_only",
@@ -499,15 +531,24 @@ class ServerSession:
         if v.counted or not v.allowed:
             self._dirty.add(agent)
             self.unsaved.add(agent)
+        counts = self.tally.rows.get(meta.harness) or self.tally.row(meta.harness)
         rid = req.id
         if v.allowed:
             if v.warning:
+                counts[WARN] += 1
+                self._warned(agent, meta, req, v, now)
                 return Decision(True, count=v.count, limit=v.limit, warning=v.warning, rule=v.rule).encode(rid)
+            counts[ALLOW if v.counted else PASS] += 1
             if type(rid) is int and -(2**63) <= rid < 2**63:
                 return b'{"id":%d' % rid + ALLOW_FRAME_TAIL
             return Decision(True).encode(rid)
+        counts[DENY] += 1
+        kind = v.kind or ""
+        self.tally.denies[kind] = self.tally.denies.get(kind, 0) + 1
         if v.first:
-            self._trip(agent, req.tool, v.kind or "", v.count, v.limit, now)
+            self._trip(agent, req.tool, kind, v.count, v.limit, now)
+        if self.export_decisions:
+            self._export("deny", kind, agent, meta, req, v.count, v.limit, v.reason, v.first, now)
         deny = {"id": rid, "decision": "deny", "kind": v.kind, "reason": v.reason, "count": v.count, "limit": v.limit}
         return encode_frame(deny)  # a Decision's shape, without building one (test_protocol_doc holds the fields)
 
@@ -524,7 +565,52 @@ class ServerSession:
         follow.calls.append(CallRow(now, req.tool, text, decision, v.count, v.limit, v.rule or ""))
         follow.seq += 1
 
+    def _warned(self, agent: str, meta: AgentMeta, req: Check, v: Any, now: float) -> None:
+        rule = v.rule or ""
+        self.tally.warnings[rule] = self.tally.warnings.get(rule, 0) + 1
+        if self.export_decisions:
+            self._export("warn", rule, agent, meta, req, v.count, v.limit, v.warning, False, now)
+
+    def _export(
+        self,
+        decision: str,
+        rule: str,
+        agent: str,
+        meta: AgentMeta,
+        req: Check,
+        count: int,
+        limit: int,
+        text: str,
+        first: bool,
+        now: float,
+    ) -> None:
+        root, seen = agent, {agent}
+        parent = meta.parent
+        while parent is not None and parent not in seen and len(seen) < 64:  # bounded, and safe from a cycle
+            root = parent
+            seen.add(parent)
+            up = self.meta.get(parent)
+            parent = up.parent if up is not None else None
+        self.jobs.append(
+            DecisionJob(
+                decision,
+                rule,
+                agent,
+                req.tool,
+                req.call_id,
+                meta.harness,
+                meta.parent,
+                root,
+                count,
+                limit,
+                text,
+                first,
+                now,
+            )
+        )
+
     def _trip(self, agent: str, tool: str, kind: str, count: int, limit: int, now: float) -> None:
+        self.tally.trips[kind] = self.tally.trips.get(kind, 0) + 1
         self.jobs.append(IncidentJob(kind, tool, count, limit, agent, now))
         self._trips.append(TripRow(now, agent, kind, tool, count, limit))
         log.info("trip %s: agent %r, tool %r, %d/%d", kind, agent, tool, count, limit)

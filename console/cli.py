@@ -78,13 +78,14 @@ def _unknown_theme(name: str) -> str | None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    raw = argv if argv is not None else sys.argv[1:]
+    if "--headless" in raw:  # the guard's own parser takes every flag (--metrics, --otel, ...) and its --help
+        from breaker.headless import main as headless
+
+        return headless(_headless_args(raw))
     p = parser()
     args = p.parse_args(argv)
     socket_path = Path(args.socket).expanduser() if args.socket else default_socket_path()
-    if args.headless:
-        from breaker.headless import main as headless
-
-        return headless(_headless_args(argv if argv is not None else sys.argv[1:]))
     if args.demo and (args.attach or args.replay):
         print(
             "cbconsole: --demo runs its own private guard; it cannot be combined with --attach or --replay",

@@ -44,6 +44,16 @@ PROMISES = {
         r"guard check p50\s+[\d.]+ us p99\s+[\d.]+ us\s+[\d,]+ checks/s \| ratio p50\s+[\d.]+x",
         r"guard RSS: [\d.]+ MiB idle, [\d.]+ MiB with",
     ],
+    "bench_metrics.py": [
+        r"check, metrics off:\s+p50\s+[\d.]+ us\s+p99\s+[\d.]+ us",
+        r"check, metrics on:\s+p50\s+[\d.]+ us\s+p99\s+[\d.]+ us\s+\| ratio p50\s+[\d.]+x\s+p99\s+[\d.]+x",
+        r"check, metrics on, scraped every [\d.]+ s:\s+p50\s+[\d.]+ us\s+p99\s+[\d.]+ us\s+\| ratio p50\s+[\d.]+x",
+        r"paired rounds: median of each round's p50 ratio to off: metrics on\s+[\d.]+x, scraped\s+[\d.]+x",
+        r"scrape: median\s+[\d.]+ ms\s+p99\s+[\d.]+ ms\s+[\d,]+ bytes\s+\d+ series",
+        r"guard CPU per check: metrics off\s+[\d.]+ us, on\s+[\d.]+ us",
+        r"denied check, export on:\s+p50\s+[\d.]+ us\s+p99\s+[\d.]+ us\s+\| ratio p50\s+[\d.]+x",
+        r"guard RSS: [\d.]+ MiB before, [\d.]+ MiB with [\d,]+ more agents .* KiB per agent",
+    ],
     "bench_hook.py": [
         *(
             rf"{re.escape(case)}\s+{_MS_ROW}"

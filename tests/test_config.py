@@ -39,6 +39,8 @@ def test_defaults_are_the_seeds():
         "failClosed": False,
         "guardTimeoutMs": 500,
         "guardSocket": "",
+        "metrics": "",
+        "otelEvents": False,
         "interruptCommand": [],
     }
 
@@ -94,6 +96,8 @@ BAD_VALUES = {
     "failClosed": ["true", 0, None, [False]],
     "guardTimeoutMs": [0, -1, 60_001, 0.5, "500", True, None],
     "guardSocket": [None, 0, ["/run/x.sock"], False],
+    "metrics": ["nope", ":9464", "127.0.0.1:65536", 9464, None, ["9464"]],
+    "otelEvents": ["true", 1, None],
     "interruptCommand": [
         "kill {agent}",
         [""],

@@ -88,6 +88,7 @@ def test_the_attribute_is_the_key_in_snake_case():
         "failClosed": "fail_closed",
         "guardTimeoutMs": "guard_timeout_ms",
         "guardSocket": "guard_socket",
+        "otelEvents": "otel_events",
         "interruptCommand": "interrupt_command",
     }
 
@@ -150,6 +151,7 @@ BAD_BY_KIND: dict[str, list[Any]] = {
     "argv": ["kill {agent}", [""], ["{agent}"], [1], None],
     "choice": ["SEED", "", None, 1, ["seed"]],
     "tools": [3, "bash", ["bash"], True],
+    "address": [None, 9464, "nope", ":9464", "::1:9464", "host:99999", "a b:1"],
 }
 GOOD_BY_KIND: dict[str, list[Any]] = {
     "bool": [True, False],
@@ -159,6 +161,7 @@ GOOD_BY_KIND: dict[str, list[Any]] = {
     "argv": [[], ["kill", "-TERM", "{agent}"], ["tmux", ""]],
     "choice": [],  # each setting's choices
     "tools": [{}, {"bash": {"repeatLimit": 6}}, {"Web-Search": {"maxCalls": 50, "progress": True}}],
+    "address": ["", "9464", "127.0.0.1:0", "0.0.0.0:9464", "[::1]:9464", "metrics.internal:9464"],
 }
 
 
