@@ -26,6 +26,8 @@ PROMISES = {
         r"guard check with console:\s+p50\s+[\d.]+ us\s+p99\s+[\d.]+ us .* ratio p99\s+[\d.]+x",
         r"console event-loop lag:.*max\s+[\d.]+ ms",
         r"key-press to screen:\s+median\s+[\d.]+ ms\s+p95\s+[\d.]+ ms",
+        r"drill-down on [\d,]+ calls/s: guard check p50\s+[\d.]+ us\s+p99\s+[\d.]+ us .* ratio p99 .*\s+[\d.]+x",
+        r"drill-down event-loop lag:.*max\s+[\d.]+ ms",
     ],
     "bench_console_scale.py": [
         r"\b20 agents: key-press to screen\s+median\s+[\d.]+ ms\s+p95\s+[\d.]+ ms\s+p99\s+[\d.]+ ms\s+ratio\s+[\d.]+x",

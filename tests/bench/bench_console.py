@@ -8,6 +8,10 @@ this process). Printed: the guard's check round trip (p50, p99) in each phase an
 console's event-loop lag (max, p99: a 20 ms timer's lateness); key-press-to-screen (p50, p95: from
 the driver delivering `down` until the cursor has moved and the detail line shows that agent).
 Targets (issue 5): check p99 with the console <= 5 ms; loop lag max <= 150 ms; key-press p95 <= 150 ms.
+
+Phase 3 (issue 12): the same load plus one agent making 1,000 calls/s (a fifth process), with the console's
+drill-down open on that agent, so its live call tail takes every call. Printed: the guard's check p99 and its
+ratio to phase 2 (target: within phase 2's figure), and the console's event-loop lag (target max <= 150 ms).
 """
 
 from __future__ import annotations
@@ -32,6 +36,8 @@ from breaker.client import GuardClient  # noqa: E402
 AGENTS = 100
 RATE = 5000
 PROCS = 4
+HOT = "agent-hot"  # phase 3: the agent the drill-down follows
+HOT_RATE = 1000
 
 
 def load(path: str, worker: int, seconds: float, out: multiprocessing.Queue) -> None:
@@ -59,10 +65,32 @@ def load(path: str, worker: int, seconds: float, out: multiprocessing.Queue) -> 
     client.close()
 
 
-def run_load(path: str, seconds: float) -> tuple[list[int], multiprocessing.Queue, list]:
+def hot(path: str, seconds: float, out: multiprocessing.Queue) -> None:
+    """One agent, HOT_RATE checks per second, every call another (its tail shows each one)."""
+    client = GuardClient(path, timeout=2.0, harness="bench-hot")
+    period = 1 / HOT_RATE
+    lat: list[int] = []
+    start = time.perf_counter()
+    n = 0
+    while time.perf_counter() - start < seconds:
+        due = start + n * period
+        now = time.perf_counter()
+        if due > now:
+            time.sleep(due - now)
+        t0 = time.perf_counter_ns()
+        client.check(HOT, "read", {"path": f"src/file_{n}.py"})
+        lat.append(time.perf_counter_ns() - t0)
+        n += 1
+    out.put(lat)
+    client.close()
+
+
+def run_load(path: str, seconds: float, with_hot: bool = False) -> tuple[list[int], multiprocessing.Queue, list]:
     ctx = multiprocessing.get_context("fork")
     q: multiprocessing.Queue = ctx.Queue()
     procs = [ctx.Process(target=load, args=(path, w, seconds, q)) for w in range(PROCS)]
+    if with_hot:
+        procs.append(ctx.Process(target=hot, args=(path, seconds, q)))
     for p in procs:
         p.start()
     return [], q, procs
@@ -111,19 +139,29 @@ def start_guard(d: str) -> tuple[subprocess.Popen, str]:
     return proc, sock
 
 
-async def with_console(sock: str, seconds: float) -> tuple[list[int], list[float], list[float]]:
+async def with_console(sock: str, seconds: float, drill: bool = False) -> tuple[list[int], list[float], list[float]]:
+    """Phase 2, or with `drill` phase 3: the drill-down open on HOT while it makes HOT_RATE calls/s (no presses)."""
     from textual import events
 
     from console.app import CBConsole
+    from console.screens.agent import AgentScreen
     from console.session import AttachedGuard
     from console.widgets.agents import AgentsTable
 
     app = CBConsole(AttachedGuard(Path(sock)))
     lags: list[float] = []
     presses: list[float] = []
-    _, q, procs = run_load(sock, seconds)
+    _, q, procs = run_load(sock, seconds, with_hot=drill)
     async with app.run_test(size=(160, 45)):
         stop = asyncio.Event()
+        if drill:
+            table = app.query_one(AgentsTable)
+            while HOT not in table.ordered_keys:
+                await asyncio.sleep(0.02)
+            table.move_cursor(row=table.get_row_index(HOT))
+            app.main.action_open_agent()
+            while not isinstance(app.screen, AgentScreen):
+                await asyncio.sleep(0.01)
 
         async def probe() -> None:
             tick = 0.02
@@ -137,7 +175,9 @@ async def with_console(sock: str, seconds: float) -> tuple[list[int], list[float
         prober = asyncio.create_task(probe())
         table = app.query_one(AgentsTable)
         began = time.perf_counter()
-        while time.perf_counter() - began < seconds:
+        while drill and time.perf_counter() - began < seconds:
+            await asyncio.sleep(0.25)
+        while not drill and time.perf_counter() - began < seconds:
             await asyncio.sleep(0.25)
             if table.row_count < 3:
                 continue
@@ -172,11 +212,14 @@ def main() -> None:
     )
     with tempfile.TemporaryDirectory() as d:
         os.chmod(d, 0o700)
+        with open(os.path.join(d, "layer.yml"), "w") as f:  # no cap: the hot agent's calls stay allowed
+            f.write("- id: circuit-breaker\n  config:\n    maxCallsPerAgent: 0\n")
         guard, sock = start_guard(d)
         try:
             _, q, procs = run_load(sock, seconds)
             alone = collect(q, procs)
             lat, lags, presses = asyncio.run(with_console(sock, seconds))
+            drill_lat, drill_lags, _ = asyncio.run(with_console(sock, seconds, drill=True))
         finally:
             guard.send_signal(signal.SIGTERM)
             guard.wait(10)
@@ -196,6 +239,15 @@ def main() -> None:
             f"key-press to screen:         median {statistics.median(presses) * 1e3:6.1f} ms  "
             f"p95 {pct(presses, 0.95) * 1e3:6.1f} ms  ({len(presses)} presses)  target p95 <= 150 ms"
         )
+    d50, d99 = pct(drill_lat, 0.5) / 1e3, pct(drill_lat, 0.99) / 1e3
+    print(
+        f"drill-down on {HOT_RATE:,} calls/s: guard check p50 {d50:7.1f} us  p99 {d99:8.1f} us  "
+        f"({len(drill_lat) / seconds:,.0f} checks/s)  ratio p99 to the console alone {d99 / c99:5.2f}x  target <= 1x"
+    )
+    print(
+        f"drill-down event-loop lag:   median {statistics.median(drill_lags) * 1e3:6.1f} ms  "
+        f"p99 {pct(drill_lags, 0.99) * 1e3:6.1f} ms  max {max(drill_lags) * 1e3:6.1f} ms  target max <= 150 ms"
+    )
 
 
 if __name__ == "__main__":
