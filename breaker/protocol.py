@@ -772,6 +772,7 @@ class GuardStats:
     paused: bool = False
     uptime: float = 0.0
     pid: int = 0
+    host: str = ""  # the machine it runs on (what a console over several guards names it by)
     socket: str = ""
     operator_socket: str = ""
     incident_log: str = ""

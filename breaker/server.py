@@ -17,6 +17,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import platform
 import signal
 import sys
 import threading
@@ -195,6 +196,7 @@ class GuardServer:
         )
         stats = self.session.stats
         stats.socket, stats.operator_socket = str(self.socket_path), str(self.operator_path)
+        stats.host = platform.node()
         self.session.on_stats = self._refresh_stats
         self.conns: dict[Channel, _Conn] = {}
         self.incidents = QueuedIncidentLog(self.guard.config.incident_log, on_error=self._incident_error)

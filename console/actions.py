@@ -41,17 +41,27 @@ class Actions:
     def notify(self, message: str, *, title: str = "", severity: str = "information") -> None:
         self.screen.notify(message, title=title, severity=severity, markup=False)  # type: ignore[arg-type]
 
-    async def ask(self, what: str, op: Callable[[GuardLink], Awaitable[T]]) -> T | None:
-        """Run an operator op; None (and the operator told why) if there is no guard or it failed."""
-        link = self.session.link
+    async def ask(self, what: str, op: Callable[[GuardLink], Awaitable[T]], guard: int = 0) -> T | None:
+        """Run an operator op on guard number `guard`; None (and the operator told why) if it is not reached or
+        the op failed."""
+        link = self.session.link_for(guard)
         if link is None:
             self.notify("Not connected to a guard yet.", severity="warning")
             return None
         try:
             return await op(link)
         except LinkError as exc:
-            self.notify(str(exc), title=f"{what} failed", severity="error")
+            where = f" on {self.state.guards[guard].label}" if self.state.fleet else ""
+            self.notify(str(exc), title=f"{what}{where} failed", severity="error")
             return None
+
+    def target(self, key: str) -> tuple[str, int]:
+        """Agent `key`'s own id and the number of the guard that knows it: where an op on it goes."""
+        agent = self.state.agents.get(key)
+        return (agent.id, agent.guard) if agent is not None else (key, 0)
+
+    def names(self, agents: Iterable[str]) -> Text:
+        return names(self.state.name_of(a) for a in agents)
 
     def interrupt(self, agents: list[str], done: Callable[[], Any] | None = None) -> None:
         """Confirm, then interrupt `agents`; `done()` after they all were."""
@@ -59,7 +69,7 @@ class Actions:
             self.notify("Select an agent first (or mark some with space).", severity="warning")
             return
         body = Text(f"Stop {len(agents)} agent{'s' if len(agents) > 1 else ''}:\n")
-        body.append_text(names(agents))
+        body.append_text(self.names(agents))
         body.append(
             "\n\nTheir harness is told to stop them where it can (dsh cancels, Claude Code "
             "stops its loop), and every later tool call of theirs is denied."
@@ -69,8 +79,11 @@ class Actions:
             if choice != "yes":
                 return
             told = 0
-            for agent in agents:
-                notified = await self.ask("interrupt", lambda link, a=agent: link.interrupt(a, INTERRUPT_REASON))
+            for key in agents:
+                agent, guard = self.target(key)
+                notified = await self.ask(
+                    "interrupt", lambda link, a=agent: link.interrupt(a, INTERRUPT_REASON), guard=guard
+                )
                 if notified is None:
                     return
                 told += notified
@@ -88,22 +101,25 @@ class Actions:
         )
 
     async def uninterrupt(self, agents: list[str]) -> None:
-        for agent in agents:
-            await self.ask("uninterrupt", lambda link, a=agent: link.uninterrupt(a))
+        for key in agents:
+            agent, guard = self.target(key)
+            await self.ask("uninterrupt", lambda link, a=agent: link.uninterrupt(a), guard=guard)
 
     async def reset(self, agents: list[str]) -> None:
-        for agent in agents:
-            if await self.ask("reset", lambda link, a=agent: link.reset(a)) is None:
+        for key in agents:
+            agent, guard = self.target(key)
+            if await self.ask("reset", lambda link, a=agent: link.reset(a), guard=guard) is None:
                 return
         if agents:
             self.notify(f"Reset the counts (and any override) of {len(agents)} agent(s).")
 
-    def exempt(self, tool: str | None) -> None:
-        """Confirm, then exempt `tool` for every agent (or take its exemption off)."""
+    def exempt(self, tool: str | None, guard: int = 0) -> None:
+        """Confirm, then exempt `tool` for every agent of guard number `guard` (or take its exemption off)."""
         if not tool:
             self.notify("Select an agent or a call first.", severity="warning")
             return
-        exempt = list(self.state.exempt)
+        view = self.state.guards[guard]
+        exempt = list(view.exempt)
         removing = tool in exempt
         new = [t for t in exempt if t != tool] if removing else [*exempt, tool]
         body = Text()
@@ -114,17 +130,21 @@ class Actions:
             if removing
             else ": the guard will stop judging it for every agent (never denied, never counted)."
         )
-        target = self.state.config.target
+        if self.state.fleet:
+            body.append("\n\nOn the guard ")
+            body.append_text(plain(view.label, style="bold"))
+            body.append(" only.")
+        target = view.config.target
         body.append(f"\n\nWritten to {target}." if target else "")
 
         async def chosen(choice: str | None) -> None:
             if choice != "yes":
                 return
-            saved = await self.ask("config_set", lambda link: link.config_set({"exempt": new}))
+            saved = await self.ask("config_set", lambda link: link.config_set({"exempt": new}), guard=guard)
             if saved is None:
                 return
             if saved.config is not None:
-                self.state.set_config(saved.config)
+                self.state.set_config(saved.config, guard)
             self.notify(("Un-exempted " if removing else "Exempted ") + tool)
 
         self.screen.app.push_screen(
@@ -145,22 +165,23 @@ class Actions:
         if shown is None or agent is None:
             self.notify("Select an agent first.", severity="warning")
             return
-        values = self.state.values
+        values = self.state.guards[shown.guard].values
+        agent_id, guard, name = shown.id, shown.guard, self.state.name_of(agent)
 
         async def chosen(limits: dict[str, int | None] | None) -> None:
             if not limits:
                 return
-            own = await self.ask("override", lambda link: link.override(agent, limits))
+            own = await self.ask("override", lambda link: link.override(agent_id, limits), guard=guard)
             if own is None:
-                if self.session.link is not None:
-                    self.notify(f"The guard no longer tracks {agent}; nothing was changed.", severity="warning")
+                if self.session.link_for(guard) is not None:
+                    self.notify(f"The guard no longer tracks {name}; nothing was changed.", severity="warning")
                 return
             said = ", ".join(f"{k} {v}" for k, v in sorted(own.items())) or "the config's limits again"
-            self.notify(f"{agent}: {said}.")
+            self.notify(f"{name}: {said}.")
 
         self.screen.app.push_screen(
             OverrideScreen(
-                agent,
+                name,
                 shown.data.override,
                 {k: values.get(k) for k in ("maxCallsPerAgent", "duplicateLimit")},
                 shown.data.calls,

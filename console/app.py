@@ -73,7 +73,7 @@ class CBConsole(App[int]):
         self.session = session
         self.requested_theme = theme
         self.readonly = readonly
-        self.state = ConsoleState(clock=clock)
+        self.state = ConsoleState(clock=clock, guards=session.guard_names())
         self.main = MainScreen(self.state, session, readonly=readonly, clock=clock)
         self.theme_errors: list[str] = []
         self.keymap_errors: list[str] = []

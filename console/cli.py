@@ -6,9 +6,13 @@ import argparse
 import os
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from breaker import __version__
-from breaker.paths import OPERATOR_SOCKET_ENV, SOCKET_ENV, default_socket_path
+from breaker.paths import OPERATOR_SOCKET_ENV, SOCKET_ENV, default_operator_socket_path, default_socket_path
+
+if TYPE_CHECKING:
+    from console.session import Member
 
 
 def parser() -> argparse.ArgumentParser:
@@ -42,7 +46,16 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--profile", metavar="NAME", help="the dsh profile whose patch layer to read ($DSH_HOME/profiles/NAME)"
     )
-    p.add_argument("--attach", action="store_true", help="attach to a running guard; never start one")
+    p.add_argument(
+        "--attach",
+        metavar="[NAME=]PATH",
+        nargs="?",
+        action="append",
+        const="",
+        help="attach to a running guard; never start one. PATH: its socket, or an operator socket (a file named "
+        "operator.sock, as SSH can forward one). Repeat it for one console over several guards, each named NAME "
+        "or else its host",
+    )
     p.add_argument("--theme", metavar="NAME", help="dark (default), light, high-contrast, or a theme of yours")
     p.add_argument("--readonly", action="store_true", help="watch only: every action that changes the guard is off")
     p.add_argument("--demo", action="store_true", help="a private guard driven by simulated looping agents")
@@ -77,6 +90,32 @@ def _unknown_theme(name: str) -> str | None:
     )
 
 
+def _members(specs: list[str], socket_path: Path, operator_socket: Path | None) -> list[Member] | str:
+    """The guards `--attach [NAME=]PATH …` names, or why they are not right. `--attach` alone is the guard on
+    `--socket` (or the default socket); NAME= is taken when the text before the first `=` has no `/`."""
+    from console.session import Member, operator_socket_for
+
+    members: list[Member] = []
+    for spec in specs:
+        name, sep, path = spec.partition("=")
+        if not sep or "/" in name:
+            name, path = "", spec
+        elif not name.strip():
+            return f"--attach {spec!r}: the name before '=' is empty"
+        if not path:
+            if len(specs) > 1:
+                return "--attach without a PATH attaches to one guard only; give each guard its PATH"
+            members.append(Member(name, operator_socket or default_operator_socket_path(socket_path)))
+            continue
+        if len(specs) > 1 and operator_socket is not None:
+            return "--operator-socket names one guard's operator socket; with several --attach, give each its PATH"
+        members.append(Member(name.strip(), operator_socket or operator_socket_for(Path(path))))
+    sockets = [str(m.operator_socket) for m in members]
+    if len(set(sockets)) < len(sockets):
+        return f"--attach names the same guard twice: {sorted(s for s in sockets if sockets.count(s) > 1)[0]}"
+    return members
+
+
 def main(argv: list[str] | None = None) -> int:
     raw = argv if argv is not None else sys.argv[1:]
     if "--headless" in raw:  # the guard's own parser takes every flag (--metrics, --otel, ...) and its --help
@@ -98,7 +137,15 @@ def main(argv: list[str] | None = None) -> int:
     if args.theme is not None and (error := _unknown_theme(args.theme)):
         p.error(error)  # before the screen starts: the message stays readable, and the exit status says it
     from console.app import CBConsole  # Textual is imported only for the screen
-    from console.session import AttachedGuard, DemoGuard, GuardOptions, GuardSession, OwnGuard, ReplayGuard
+    from console.session import (
+        AttachedGuard,
+        DemoGuard,
+        FleetSession,
+        GuardOptions,
+        GuardSession,
+        OwnGuard,
+        ReplayGuard,
+    )
 
     operator = args.operator_socket or os.environ.get(OPERATOR_SOCKET_ENV)
     operator_socket = Path(operator).expanduser() if operator else None
@@ -115,7 +162,15 @@ def main(argv: list[str] | None = None) -> int:
             socket_path, args.replay, speed=args.speed, operator_socket=operator_socket, options=options
         )
     elif args.attach:
-        session = AttachedGuard(socket_path, operator_socket)
+        members = _members(args.attach, socket_path, operator_socket)
+        if isinstance(members, str):
+            p.error(members)
+        if len(members) == 1:
+            session = AttachedGuard(
+                socket_path if args.attach == [""] else members[0].operator_socket, members[0].operator_socket
+            )
+        else:
+            session = FleetSession(members)
     else:
         session = OwnGuard(socket_path, operator_socket, options, leave_running=args.leave_running)
     app = CBConsole(session, theme=args.theme, readonly=args.readonly)

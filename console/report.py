@@ -17,7 +17,7 @@ import orjson
 
 from breaker import __version__
 from breaker.paths import write_atomic
-from console.state import ConsoleState
+from console.state import ConsoleState, GuardView
 
 __all__ = ["SavedReport", "report_json", "reports_dir", "save_report"]
 
@@ -41,7 +41,10 @@ def reports_dir(environ: Mapping[str, str] = os.environ) -> Path:
 
 def report_json(state: ConsoleState, saved_at: datetime, selected: str | None = None) -> dict[str, Any]:
     """What the console knows now: the guard (where, which process, its counters), the config in force, every
-    agent most dangerous first, the top repeated calls and the trips it kept."""
+    agent most dangerous first, the top repeated calls and the trips it kept. Over several guards: the same of
+    each guard under `guards`, and each agent, call and trip says its guard (`guard`, its label)."""
+    if state.fleet:
+        return _fleet_report(state, saved_at, selected)
     stats = state.stats
     return {
         "saved_at": saved_at.isoformat(timespec="seconds"),
@@ -62,6 +65,40 @@ def report_json(state: ConsoleState, saved_at: datetime, selected: str | None = 
         "top_keys": [k.to_json() for k in state.top_keys],
         "trips_seen": state.trips_seen,
         "trips": [t.to_json() for t in state.trips],
+    }
+
+
+def _guard_json(view: GuardView) -> dict[str, Any]:
+    stats = view.stats
+    return {
+        "label": view.label,
+        "socket": stats.socket if stats else None,
+        "operator_socket": stats.operator_socket if stats else None,
+        "pid": stats.pid if stats else None,
+        "host": stats.host if stats else None,
+        "status": view.status,
+        "note": view.note,
+        "stats": stats.to_json() if stats else None,
+        "config": view.config.to_json(),
+    }
+
+
+def _fleet_report(state: ConsoleState, saved_at: datetime, selected: str | None) -> dict[str, Any]:
+    def labelled(row: dict[str, Any], key: str) -> dict[str, Any]:
+        guard, agent = state.split_key(key)
+        return {**row, "agent": agent, "guard": state.guards[guard].label}
+
+    return {
+        "saved_at": saved_at.isoformat(timespec="seconds"),
+        "console_version": __version__,
+        "guards": [_guard_json(view) for view in state.guards],
+        "selected": state.name_of(selected) if selected else None,
+        "marked": sorted(state.name_of(a) for a in state.marked),
+        "filter": state.filter,
+        "agents": [labelled(a.data.to_json(), a.key) for a in sorted(state.agents.values(), key=lambda a: a.danger)],
+        "top_keys": [labelled(k.to_json(), k.agent) for k in state.top_keys],
+        "trips_seen": state.trips_seen,
+        "trips": [labelled(t.to_json(), t.agent) for t in state.trips],
     }
 
 

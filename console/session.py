@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Protocol
 
 from breaker.paths import default_operator_socket_path
+from breaker.protocol import StateFrame
 from console.link import GuardLink, LinkError
 from console.state import ConsoleState
 from console.supervisor import GuardSupervisor, default_log_path, live_guard, stop_process
@@ -31,13 +32,16 @@ __all__ = [
     "AttachedGuard",
     "DemoGuard",
     "Feeder",
+    "FleetSession",
     "GuardOptions",
     "GuardSession",
+    "Member",
     "OnQuit",
     "OwnGuard",
     "ReplayGuard",
     "Tell",
     "ending_note",
+    "operator_socket_for",
 ]
 
 ROOT = Path(__file__).resolve().parents[1]  # children run from here: `-m breaker…` works without an install
@@ -99,6 +103,14 @@ class GuardSession:
     @property
     def owns_guard(self) -> bool:
         return self.supervisor is not None
+
+    def link_for(self, guard: int) -> GuardLink | None:
+        """The link to guard number `guard` of the console's state (a session of one guard has one)."""
+        return self.link if guard == 0 else None
+
+    def guard_names(self) -> list[str] | None:
+        """The operator's names for the guards of a console over several (see FleetSession); None: one guard."""
+        return None
 
     # -- start --------------------------------------------------------------------------------------
 
@@ -218,6 +230,67 @@ class AttachedGuard(GuardSession):
         super().__init__()
         self.socket_path = socket_path
         self.operator_socket = operator_socket or default_operator_socket_path(socket_path)
+
+
+@dataclass(frozen=True)
+class Member:
+    """One guard of a console over several: the operator's name for it ("" = its host) and its operator socket."""
+
+    name: str
+    operator_socket: Path
+
+
+def operator_socket_for(path: Path) -> Path:
+    """What `--attach PATH` names: an operator socket (a file named `operator.sock`: a guard's own, or one SSH
+    forwards), else a guard's harness socket, whose operator socket is beside it (`-operator`)."""
+    path = path.expanduser()
+    return path if path.name == "operator.sock" else default_operator_socket_path(path, environ={})
+
+
+class FleetSession(GuardSession):
+    """`cbconsole --attach A --attach B …`: several guards someone else runs, each on a link of its own. Each
+    guard's frames land in the console's state under its number; its link says when it goes and comes back.
+    Never started, never stopped."""
+
+    def __init__(self, members: list[Member]) -> None:
+        super().__init__()
+        self.members = list(members)
+        self.links: list[GuardLink] = []
+        self.socket_path = members[0].operator_socket  # a fleet has no harness socket of its own
+        self.operator_socket = members[0].operator_socket
+
+    def guard_names(self) -> list[str]:
+        return [m.name for m in self.members]
+
+    def link_for(self, guard: int) -> GuardLink | None:
+        return self.links[guard] if 0 <= guard < len(self.links) else None
+
+    async def open(self, state: ConsoleState, tell: Tell) -> None:
+        self._state, self._tell = state, tell
+        self._opened = True
+        try:
+            for number, member in enumerate(self.members):
+                state.set_guard_status("starting", f"reaching {member.operator_socket}", number)
+
+                def on_frame(frame: StateFrame, number: int = number) -> None:
+                    state.apply(frame, number)
+
+                def on_status(status: str, note: str, number: int = number) -> None:
+                    state.set_guard_status("attached" if status == "connected" else status, note, number)
+
+                link = GuardLink(member.operator_socket, on_frame=on_frame, on_status=on_status)
+                self.links.append(link)
+                link.start()
+            self.link = self.links[0]
+        finally:
+            self._settled.set()
+
+    async def _close(self, leave_running: bool) -> bool:
+        if self._opened:
+            await self._settled.wait()
+        for link in self.links:
+            await link.close()
+        return False
 
 
 class OwnGuard(GuardSession):

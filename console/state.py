@@ -10,7 +10,7 @@ import time
 from bisect import insort
 from collections import deque
 from collections.abc import Callable, Collection, Iterable, Set
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple
 
 from breaker.config import KEYS, Config, ConfigError
@@ -33,11 +33,17 @@ class Agent:
     `version` bumps whenever a new row arrives: the table's change token (a frame may carry an equal
     row again; comparing the token is cheap and cannot be fooled by a reused object id)."""
 
-    id: str
+    id: str  # the agent's own id, as its guard and harness know it
     data: AgentRow
     rate: deque[int] = field(default_factory=lambda: deque([0] * RATE_SLOTS, maxlen=RATE_SLOTS))
     sampled_calls: int = 0
     version: int = 0
+    guard: int = 0  # which of the console's guards knows it (`ConsoleState.guards`)
+    key: str = ""  # its key in `ConsoleState.agents`: the id, or with several guards the guard's number and the id
+
+    def __post_init__(self) -> None:
+        if not self.key:
+            self.key = self.id
 
     @property
     def danger(self) -> tuple[int, float, float, int, str]:
@@ -46,7 +52,22 @@ class Agent:
         d = self.data
         worst = d.worst_count / max(d.duplicate_limit, 1)
         cap_use = d.calls / d.cap if d.cap else 0.0
-        return (_STATUS_RANK.get(d.status, 0), -worst, -cap_use, -sum(self.rate), self.id)
+        return (_STATUS_RANK.get(d.status, 0), -worst, -cap_use, -sum(self.rate), self.key)
+
+    @property
+    def parent_key(self) -> str | None:
+        """Its parent's key in the console: a parent id names an agent of the same guard."""
+        parent = self.data.parent
+        if parent is None or self.key == self.id:
+            return parent
+        return agent_key(self.guard, parent, fleet=True)
+
+
+def agent_key(guard: int, agent: str, *, fleet: bool) -> str:
+    """An agent's key in the console: its id, or, over several guards, the guard's number and its id (a `\\x1f`
+    between: an id is a client's string, but the number before the first `\\x1f` is ours, so no id of one guard can
+    take the key of another's agent)."""
+    return f"{guard}\x1f{agent}" if fleet else agent
 
 
 class ShownAgent(NamedTuple):
@@ -68,20 +89,20 @@ def tree_order(
     clients: a cycle of them is broken at its most dangerous agent, shown as a root, so every agent is
     shown exactly once. O(n log n), without recursion (a chain may be 10,000 deep). `ranked`: `agents` (or
     more) already most dangerous first, if the caller keeps that order (`ConsoleState.ranked`)."""
-    by_id = {a.id: a for a in agents}
+    by_id = {a.key: a for a in agents}
     # Danger as a place in the flat order: ranks compare as ints, not as tuples (10k agents: 4x faster).
-    flat = sorted(by_id.values(), key=lambda a: a.danger) if ranked is None else [a for a in ranked if a.id in by_id]
-    danger = {a.id: n for n, a in enumerate(flat)}
+    flat = sorted(by_id.values(), key=lambda a: a.danger) if ranked is None else [a for a in ranked if a.key in by_id]
+    danger = {a.key: n for n, a in enumerate(flat)}
     up: dict[str, str] = {}  # each non-root's parent in the tree
     kids: dict[str, list[str]] = {}
     roots: list[str] = []
     for a in by_id.values():
-        parent = a.data.parent
-        if parent is None or parent == a.id or parent not in by_id:
-            roots.append(a.id)
+        parent = a.parent_key
+        if parent is None or parent == a.key or parent not in by_id:
+            roots.append(a.key)
         else:
-            up[a.id] = parent
-            kids.setdefault(parent, []).append(a.id)
+            up[a.key] = parent
+            kids.setdefault(parent, []).append(a.key)
     order = _preorder(roots, kids)
     if len(order) < len(by_id):  # the rest hang from cycles of parent links: one per unreached component
         reached = set(order)
@@ -143,32 +164,95 @@ def _preorder(roots: list[str], kids: dict[str, list[str]]) -> list[str]:
     return out
 
 
-class ConsoleState:
-    """Everything the screen shows, updated from the guard's state frames."""
+class GuardView:
+    """One guard as the console knows it: its counters, its config, how the console reaches it, what it repeats."""
 
-    def __init__(self, clock: Callable[[], float] = time.time) -> None:
-        self.clock = clock
-        self.agents: dict[str, Agent] = {}
-        self.top_keys: list[KeyRow] = []
-        self.trips: deque[TripRow] = deque(maxlen=MAX_TRIPS)
-        self.trips_seen = 0
-        self.new_trips = 0  # trips since the screen last took them (for the log)
+    def __init__(self, number: int = 0, name: str = "") -> None:
+        self.number = number  # its place in `ConsoleState.guards`
+        self.name = name  # the operator's name for it (`--attach NAME=PATH`); "" names it by its host
         self.stats: GuardStats | None = None  # None until the guard's first frame
         self.config = ConfigFrame(values={})  # the config in force, as the guard sent it
         self.settings: Config | None = None  # its values, decoded; None until the guard sent them
         self.settings_error = ""  # why the guard's values do not decode here (a guard of another version)
         self.checks_per_s = 0.0
-        self.guard_status = "starting"  # starting, running, restarting, attached, unreachable, stopped
-        self.guard_note = ""
+        self.status = "starting"  # starting, running, restarting, attached, unreachable, stopped
+        self.note = ""
+        self.top_keys: list[KeyRow] = []  # with several guards: each `agent` is the agent's key
+        self.activity = Activity()  # checks and denies per second, for the activity chart
+        self.full: set[str] | None = None  # keys of a full picture that is still arriving in parts
+        self.sample_checks: int | None = None
+        self.clash = False  # another guard of the console has the same base label
+
+    @property
+    def label(self) -> str:
+        """What the console calls it: the operator's name, else its host, else its number until it says; with
+        its number after it if another guard of the console has the same name (two guards on one host)."""
+        base = self.base_label
+        return f"{base} #{self.number + 1}" if self.clash else base
+
+    @property
+    def base_label(self) -> str:
+        if self.name:
+            return self.name
+        if self.stats is not None and self.stats.host:
+            return self.stats.host
+        return f"guard {self.number + 1}"
+
+    @property
+    def reachable(self) -> bool:
+        return self.status in ("running", "attached")
+
+    def set_config(self, config: ConfigFrame) -> None:
+        """The config in force (from a state frame, or the reply to an edit), its values decoded once."""
+        self.config = config
+        self.settings, self.settings_error = None, ""
+        if config.values:
+            try:
+                # A key this console does not know is a newer guard's: left out, the rest still shown.
+                self.settings = Config.from_mapping({k: v for k, v in config.values.items() if k in KEYS})
+            except ConfigError as exc:
+                self.settings_error = str(exc)
+
+    @property
+    def values(self) -> dict[str, Any]:
+        """The config in force as the patch layer spells it (camelCase keys, every one): what the config form
+        edits. Built from the decoded settings; empty until the guard sent values this console can read."""
+        return self.settings.to_mapping() if self.settings is not None else {}
+
+    @property
+    def exempt(self) -> tuple[str, ...]:
+        return self.settings.exempt if self.settings is not None else ()
+
+    @property
+    def paused(self) -> bool:
+        return self.stats is not None and self.stats.paused
+
+    @property
+    def harnesses(self) -> dict[str, int]:
+        return dict(self.stats.harnesses) if self.stats is not None else {}
+
+
+class ConsoleState:
+    """Everything the screen shows, updated from the guards' state frames.
+
+    One guard (`guards[0]`), or several (`fleet`): then each agent's key holds its guard's number (`agent_key`),
+    and each guard has a view of its own (`guards`): counters, config, status. The properties for one guard here
+    (`stats`, `config`, `guard_status`, …) are the first guard's."""
+
+    def __init__(self, clock: Callable[[], float] = time.time, guards: list[str] | None = None) -> None:
+        self.clock = clock
+        self.fleet = guards is not None and len(guards) > 1
+        self.guards = [GuardView(n, name) for n, name in enumerate(guards or [""])]
+        self.agents: dict[str, Agent] = {}
+        self.trips: deque[TripRow] = deque(maxlen=MAX_TRIPS)  # with several guards: each `agent` is a key
+        self.trips_seen = 0
+        self.new_trips = 0  # trips since the screen last took them (for the log)
         self.version = 0  # see changed()
         self.frames = 0
         self.marked: set[str] = set()
         self.filter = ""
         self.tree = False  # agents shown under their parent session (see `shown`)
-        self._full: set[str] | None = None  # agents of a full picture that is still arriving in parts
         self._sample_at = 0.0
-        self._sample_checks: int | None = None
-        self.activity = Activity()  # checks and denies per second, for the activity chart
         # The flat order, kept between frames (see `ranked_ids`): each agent's danger as last computed, the agents
         # whose row, rate or presence changed since, and the ids most dangerous first.
         self._danger: dict[str, tuple[int, float, float, int, str]] = {}
@@ -181,43 +265,57 @@ class ConsoleState:
 
     # -- input ----------------------------------------------------------------------------------
 
-    def apply(self, frame: StateFrame) -> None:
-        """Take one state frame (a full picture's part, or the changes since the last one)."""
+    def apply(self, frame: StateFrame, guard: int = 0) -> None:
+        """Take one state frame of guard number `guard` (a full picture's part, or the changes since the last)."""
         self.frames += 1
+        view = self.guards[guard]
+        fleet = self.fleet
         if frame.full:
-            self._full = set()
+            view.full = set()
         dirty = self._dirty
         rating = self._rating
         for row in frame.agents:
-            dirty.add(row.agent)
-            rating.add(row.agent)
-            agent = self.agents.get(row.agent)
+            key = agent_key(guard, row.agent, fleet=fleet)
+            dirty.add(key)
+            rating.add(key)
+            agent = self.agents.get(key)
             if agent is None:
-                agent = self.agents[row.agent] = Agent(row.agent, row, sampled_calls=row.calls)
+                agent = self.agents[key] = Agent(row.agent, row, sampled_calls=row.calls, guard=guard, key=key)
             else:
                 agent.data = row
                 agent.version += 1
-            if self._full is not None:
-                self._full.add(row.agent)
-        if self._full is not None and frame.last:
-            for gone in [a for a in self.agents if a not in self._full]:
+            if view.full is not None:
+                view.full.add(key)
+        if view.full is not None and frame.last:
+            full = view.full
+            for gone in [k for k, a in self.agents.items() if a.guard == guard and k not in full]:
                 self._drop(gone)  # the full picture is complete: whoever is not in it is gone
-            self._full = None
+            view.full = None
         for gone in frame.gone:
-            self._drop(gone)
+            self._drop(agent_key(guard, gone, fleet=fleet))
         if frame.top_keys is not None:
-            self.top_keys = list(frame.top_keys)
+            keys = list(frame.top_keys)
+            view.top_keys = [replace(k, agent=agent_key(guard, k.agent, fleet=True)) for k in keys] if fleet else keys
         for trip in frame.trips:
-            self.trips.append(trip)
+            self.trips.append(replace(trip, agent=agent_key(guard, trip.agent, fleet=True)) if fleet else trip)
             self.trips_seen += 1
             self.new_trips += 1
         if frame.stats is not None:
-            self.stats = frame.stats
-            self.activity.record(self.clock(), frame.stats.checks, sum(frame.stats.denies.values()))
+            named = view.base_label
+            view.stats = frame.stats
+            if view.base_label != named:
+                self._relabel()
+            view.activity.record(self.clock(), frame.stats.checks, sum(frame.stats.denies.values()))
         if frame.config is not None:
-            self.set_config(frame.config)
+            view.set_config(frame.config)
         self.sample()
         self.changed()
+
+    def _relabel(self) -> None:
+        """Number the guards whose labels clash (the same host, no name of the operator's)."""
+        labels = [view.base_label for view in self.guards]
+        for view in self.guards:
+            view.clash = labels.count(view.base_label) > 1
 
     def changed(self) -> None:
         """Something the screen shows moved: the screen redraws at its next tick only if this was called.
@@ -251,34 +349,49 @@ class ConsoleState:
                 moved.add(agent_id)  # its calls/s, part of its danger, changed
             elif not now_rate and not any(rate):
                 rating.discard(agent_id)  # idle for the whole sparkline: nothing to move until it calls again
-        if self.stats is not None:
-            checks = self.stats.checks
-            if self._sample_checks is not None:
-                self.checks_per_s = max(0, checks - self._sample_checks) / max(elapsed, 1e-6)
-            self._sample_checks = checks
+        for view in self.guards:
+            if view.stats is not None:
+                checks = view.stats.checks
+                if view.sample_checks is not None:
+                    view.checks_per_s = max(0, checks - view.sample_checks) / max(elapsed, 1e-6)
+                view.sample_checks = checks
 
-    def set_guard_status(self, status: str, note: str = "") -> None:
-        if (status, note) != (self.guard_status, self.guard_note):
-            self.guard_status, self.guard_note = status, note
+    def set_guard_status(self, status: str, note: str = "", guard: int = 0) -> None:
+        view = self.guards[guard]
+        if (status, note) != (view.status, view.note):
+            view.status, view.note = status, note
             self.changed()
 
-    def set_config(self, config: ConfigFrame) -> None:
-        """The config in force (from a state frame, or the reply to an edit), its values decoded once."""
-        self.config = config
-        self.settings, self.settings_error = None, ""
-        if config.values:
-            try:
-                # A key this console does not know is a newer guard's: left out, the rest still shown.
-                self.settings = Config.from_mapping({k: v for k, v in config.values.items() if k in KEYS})
-            except ConfigError as exc:
-                self.settings_error = str(exc)
+    def set_config(self, config: ConfigFrame, guard: int = 0) -> None:
+        """Guard `guard`'s config in force (from a state frame, or the reply to an edit), its values decoded once."""
+        self.guards[guard].set_config(config)
         self.changed()
 
-    def set_paused(self, paused: bool) -> None:
+    def set_paused(self, paused: bool, guard: int = 0) -> None:
         """The guard said it is paused (or not), before its next frame does."""
-        if self.stats is not None:
-            self.stats.paused = paused
+        stats = self.guards[guard].stats
+        if stats is not None:
+            stats.paused = paused
         self.changed()
+
+    def guard_of(self, agent: str | None) -> GuardView:
+        """The guard that knows agent `agent` (a key); the first if there is no such agent."""
+        found = self.agents.get(agent or "")
+        return self.guards[found.guard if found is not None else 0]
+
+    def split_key(self, agent: str) -> tuple[int, str]:
+        """Agent key `agent` as (its guard's number, its own id), whether the console knows the agent or not."""
+        if not self.fleet:
+            return 0, agent
+        number, _, agent_id = agent.partition("\x1f")
+        return (int(number), agent_id) if number.isdigit() and int(number) < len(self.guards) else (0, agent)
+
+    def name_of(self, agent: str) -> str:
+        """How the screen names agent `agent` (a key): its id, and over several guards its guard's label."""
+        if not self.fleet:
+            return agent
+        guard, agent_id = self.split_key(agent)
+        return f"{agent_id}@{self.guards[guard].label}"
 
     def set_filter(self, text: str) -> None:
         if text != self.filter:
@@ -354,13 +467,13 @@ class ConsoleState:
             return [ShownAgent(a) for a in self.visible_agents()]
         if not self.filter:
             return tree_order(self.agents.values(), ranked=self.ranked())
-        matched = {a.id for a in self._matching(self.agents.values())}
+        matched = {a.key for a in self._matching(self.agents.values())}
         keep = set(matched)
         for agent in matched:
-            parent = self.agents[agent].data.parent
+            parent = self.agents[agent].parent_key
             while parent is not None and parent in self.agents and parent not in keep:  # stops on a cycle too
                 keep.add(parent)
-                parent = self.agents[parent].data.parent
+                parent = self.agents[parent].parent_key
         return tree_order([self.agents[a] for a in keep], context=keep - matched, ranked=self.ranked())
 
     def table_rows(self) -> tuple[list[str], dict[str, tuple[str, bool]]]:
@@ -369,7 +482,8 @@ class ConsoleState:
         if not self.tree and not self.filter:
             return self.ranked_ids(), {}
         shown = self.shown()
-        return [s.agent.id for s in shown], {s.agent.id: (s.glyphs, s.context) for s in shown if s.glyphs or s.context}
+        tree = {s.agent.key: (s.glyphs, s.context) for s in shown if s.glyphs or s.context}
+        return [s.agent.key for s in shown], tree
 
     def _matching(self, agents: Iterable[Agent]) -> Iterable[Agent]:
         needle = self.filter.casefold()
@@ -378,6 +492,7 @@ class ConsoleState:
                 a
                 for a in agents
                 if needle in a.id.casefold()
+                or (self.fleet and needle in self.guards[a.guard].label.casefold())
                 or needle in a.data.harness.casefold()
                 or needle in a.data.last_tool.casefold()
                 or needle in a.data.worst_tool.casefold()
@@ -391,23 +506,82 @@ class ConsoleState:
             return []
         return list(self.trips)[-min(n, len(self.trips)) :]
 
+    # -- the first guard's (the only one's, unless `fleet`) --------------------------------------------
+
+    @property
+    def stats(self) -> GuardStats | None:
+        return self.guards[0].stats
+
+    @stats.setter
+    def stats(self, stats: GuardStats | None) -> None:
+        self.guards[0].stats = stats
+
+    @property
+    def config(self) -> ConfigFrame:
+        return self.guards[0].config
+
+    @property
+    def settings(self) -> Config | None:
+        return self.guards[0].settings
+
+    @property
+    def settings_error(self) -> str:
+        return self.guards[0].settings_error
+
+    @property
+    def guard_status(self) -> str:
+        return self.guards[0].status
+
+    @property
+    def guard_note(self) -> str:
+        return self.guards[0].note
+
+    @property
+    def activity(self) -> Activity:
+        """The first guard's; `activity_of_all` adds up every guard's."""
+        return self.guards[0].activity
+
     @property
     def values(self) -> dict[str, Any]:
-        """The config in force as the patch layer spells it (camelCase keys, every one): what the config form
-        edits. Built from the decoded settings; empty until the guard sent values this console can read."""
-        return self.settings.to_mapping() if self.settings is not None else {}
+        return self.guards[0].values
 
     @property
     def exempt(self) -> tuple[str, ...]:
-        return self.settings.exempt if self.settings is not None else ()
+        return self.guards[0].exempt
 
     @property
     def paused(self) -> bool:
-        return self.stats is not None and self.stats.paused
+        return self.guards[0].paused
+
+    # -- every guard's --------------------------------------------------------------------------------
+
+    @property
+    def checks_per_s(self) -> float:
+        return sum(view.checks_per_s for view in self.guards)
+
+    @checks_per_s.setter
+    def checks_per_s(self, value: float) -> None:
+        self.guards[0].checks_per_s = value  # what a test's frozen clock cannot sample
+
+    def activity_of_all(self) -> Activity:
+        """Checks and denies per second of every guard together."""
+        return self.guards[0].activity if not self.fleet else Activity.summed([v.activity for v in self.guards])
+
+    @property
+    def top_keys(self) -> list[KeyRow]:
+        """The calls repeated most, of every guard, most repeated first (with several: each `agent` is a key)."""
+        if not self.fleet:
+            return self.guards[0].top_keys
+        return sorted((k for view in self.guards for k in view.top_keys), key=lambda k: -k.count)
 
     @property
     def harnesses(self) -> dict[str, int]:
-        return dict(self.stats.harnesses) if self.stats is not None else {}
+        """The harness connections of every guard, by harness."""
+        out: dict[str, int] = {}
+        for view in self.guards:
+            for name, count in view.harnesses.items():
+                out[name] = out.get(name, 0) + count
+        return out
 
     def toggle_mark(self, agent: str) -> bool:
         """Mark or unmark `agent`; whether it is marked now."""
@@ -446,6 +620,23 @@ class Activity:
         self.tallies: deque[Tally] = deque(maxlen=seconds)
         self.second: int | None = None  # the second of the newest tally
         self._counters: Tally | None = None  # the cumulative counters last seen
+
+    @classmethod
+    def summed(cls, parts: list[Activity]) -> Activity:
+        """Several guards' activity as one: each second's checks and denies added up."""
+        out = cls()
+        newest = max((p.second for p in parts if p.second is not None), default=None)
+        if newest is None:
+            return out
+        span = out.tallies.maxlen or ACTIVITY_SECONDS
+        totals = [[0, 0] for _ in range(span)]
+        for part in parts:
+            for tally, total in zip(part.last(newest + 1, span), totals, strict=True):
+                total[0] += tally.checks
+                total[1] += tally.denies
+        out.tallies.extend(Tally(c, d) for c, d in totals)
+        out.second = newest
+        return out
 
     def record(self, now: float, checks: int, denies: int) -> None:
         """A frame's cumulative counters, at `now` (the state's clock)."""

@@ -15,7 +15,7 @@ from tests.conftest import request
 
 
 def test_sync_client_gets_allow_then_a_duplicate_deny(guard):
-    with GuardClient(guard.socket, harness="pytest") as client:
+    with GuardClient(guard.socket, harness="pytest", timeout=30) as client:
         decisions = [client.check("a", "bash", {"command": "make"}) for _ in range(7)]
     assert decisions[:6] == [Decision(True)] * 6
     deny = decisions[6]
@@ -24,7 +24,7 @@ def test_sync_client_gets_allow_then_a_duplicate_deny(guard):
 
 
 def test_the_handshake_is_sent_with_the_first_request_and_recorded(guard):
-    client = GuardClient(guard.socket, harness="my-harness", version="9.9")
+    client = GuardClient(guard.socket, harness="my-harness", version="9.9", timeout=30)
     client.check("a", "t", {})
     client.check("a", "t", {"x": 1})
     assert client.server_info["server"] == "cbconsole-guard" and client.server_info["pid"] == guard.pid
@@ -44,7 +44,7 @@ def test_an_unavailable_guard_fails_open_counts_misses_and_logs_once(tmp_path, c
 
 
 def test_an_unavailable_guard_with_fail_closed_denies_with_kind_unavailable(tmp_path):
-    d = GuardClient(tmp_path / "nobody.sock", fail_closed=True).check("a", "t", {})
+    d = GuardClient(tmp_path / "nobody.sock", fail_closed=True, timeout=30).check("a", "t", {})
     assert (d.allowed, d.kind, d.fallback) == (False, "unavailable", True)
 
 
@@ -59,7 +59,7 @@ def test_the_client_logs_when_the_guard_is_back(guard, caplog):
 
 
 def test_args_json_cannot_carry_are_allowed_and_counted_by_the_guard(guard):
-    client = GuardClient(guard.socket, fail_closed=True)
+    client = GuardClient(guard.socket, fail_closed=True, timeout=30)
     decisions = [client.check("a", "write", {"data": b"\x00\x01"}) for _ in range(8)]
     assert all(d.allowed and not d.fallback for d in decisions)  # never duplicates: they match nothing
     state = request(guard.operator, {"op": "snapshot", "id": 1})["state"]
@@ -67,7 +67,7 @@ def test_args_json_cannot_carry_are_allowed_and_counted_by_the_guard(guard):
 
 
 def test_a_sync_client_is_safe_to_share_between_threads(guard):
-    client = GuardClient(guard.socket)
+    client = GuardClient(guard.socket, timeout=30)
     results: list[bool] = []
 
     def worker(n: int) -> None:
@@ -85,7 +85,7 @@ def test_a_sync_client_is_safe_to_share_between_threads(guard):
 
 def test_sync_client_interrupt_callback_fires_on_poll_and_later_calls_are_denied(guard):
     told: list[tuple[str, str]] = []
-    client = GuardClient(guard.socket, on_interrupt=lambda agent, reason: told.append((agent, reason)))
+    client = GuardClient(guard.socket, on_interrupt=lambda agent, reason: told.append((agent, reason)), timeout=30)
     client.check("worker-1", "web_search", {"q": "x"})
     request(guard.operator, {"op": "interrupt", "id": 1, "agent": "worker-1", "reason": "operator says stop"})
     deadline = time.monotonic() + 5
@@ -99,7 +99,7 @@ def test_sync_client_interrupt_callback_fires_on_poll_and_later_calls_are_denied
 
 def test_sync_client_sees_an_interrupt_pushed_before_its_next_reply(guard):
     told: list[str] = []
-    client = GuardClient(guard.socket, on_interrupt=lambda agent, reason: told.append(agent))
+    client = GuardClient(guard.socket, on_interrupt=lambda agent, reason: told.append(agent), timeout=30)
     client.check("w", "t", {})
     request(guard.operator, {"op": "interrupt", "id": 1, "agent": "w"})
     time.sleep(0.1)
@@ -108,7 +108,7 @@ def test_sync_client_sees_an_interrupt_pushed_before_its_next_reply(guard):
 
 
 def test_operator_requests_raise_guard_error_with_the_code(guard):
-    client = GuardClient(guard.operator)
+    client = GuardClient(guard.operator, timeout=30)
     with pytest.raises(GuardError) as info:
         client.request("config_set", changes={"window": -1})
     assert info.value.code == "bad_config"
@@ -116,7 +116,7 @@ def test_operator_requests_raise_guard_error_with_the_code(guard):
 
 
 def test_the_harness_socket_refuses_operator_requests_with_operator_only(guard):
-    client = GuardClient(guard.socket)
+    client = GuardClient(guard.socket, timeout=30)
     for op, fields in (("pause", {}), ("config_set", {"changes": {"enabled": False}}), ("reset", {"agent": "a"})):
         with pytest.raises(GuardError) as info:
             client.request(op, **fields)
@@ -125,7 +125,7 @@ def test_the_harness_socket_refuses_operator_requests_with_operator_only(guard):
 
 
 def test_agent_end_through_the_client(guard, tmp_path):
-    client = GuardClient(guard.socket)
+    client = GuardClient(guard.socket, timeout=30)
     for _ in range(6):
         client.check("a", "t", {})
     assert not client.check("a", "t", {}).allowed
@@ -139,7 +139,7 @@ def test_agent_end_through_the_client(guard, tmp_path):
 
 def test_async_client_checks_concurrently_on_one_connection(guard):
     async def main() -> list[Decision]:
-        async with AsyncGuardClient(guard.socket, harness="async-test") as client:
+        async with AsyncGuardClient(guard.socket, harness="async-test", timeout=30) as client:
             return await asyncio.gather(*(client.check(f"a{i % 4}", "read", {"i": i}) for i in range(400)))
 
     decisions = asyncio.run(main())
@@ -155,7 +155,7 @@ def test_async_client_gets_the_interrupt_push_without_asking(guard):
         async def on_interrupt(agent: str, reason: str) -> None:
             got.set_result((agent, reason))
 
-        async with AsyncGuardClient(guard.socket, on_interrupt=on_interrupt) as client:
+        async with AsyncGuardClient(guard.socket, on_interrupt=on_interrupt, timeout=30) as client:
             await client.check("async-agent", "t", {})
             await asyncio.to_thread(
                 request, guard.operator, {"op": "interrupt", "id": 9, "agent": "async-agent", "reason": "r"}

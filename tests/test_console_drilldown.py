@@ -72,7 +72,7 @@ async def test_the_tail_draws_the_visible_calls_and_the_cursor_leaves_and_rejoin
         await asyncio.to_thread(loop, guard, "busy", 1, "read", {"path": "0"})
         screen = await open_agent(pilot, app, "busy")
         await asyncio.sleep(0.3)
-        client = GuardClient(guard.socket)
+        client = GuardClient(guard.socket, timeout=30)
         await asyncio.to_thread(lambda: [client.check("busy", "read", {"path": str(i)}) for i in range(1, 61)])
         client.close()
         await until(pilot, lambda: screen.follow.received == 60, what="sixty calls")

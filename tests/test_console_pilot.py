@@ -57,7 +57,7 @@ def app_for(guard, **kw) -> CBConsole:
 
 
 def loop(guard, agent: str, n: int, tool: str = "web_search", args: dict | None = None, **extra) -> list:
-    client = GuardClient(guard.socket, harness=extra.pop("harness", "pytest"))
+    client = GuardClient(guard.socket, harness=extra.pop("harness", "pytest"), timeout=30)
     out = [client.check(agent, tool, args if args is not None else {"query": "the same"}, **extra) for _ in range(n)]
     client.close()
     return out
@@ -256,7 +256,7 @@ async def test_a_warned_agent_shows_warned_and_the_rule_then_the_deny_of_that_ru
         await until(pilot, lambda: "denies 1 (repeat 1)   warnings 1" in text_of(header), what="the header's counts")
         # An A-B-A-B loop: warned by the cycle rule, then denied by it; both denied agents are listed on top.
         calls = [("read", {"path": "a"}), ("read", {"path": "b"})] * 4
-        client = GuardClient(guard.socket, harness="pytest")
+        client = GuardClient(guard.socket, harness="pytest", timeout=30)
         verdicts = [await asyncio.to_thread(client.check, "cycler", tool, args) for tool, args in calls[:6]]
         assert verdicts[-1].allowed and verdicts[-1].warning
         await until(
@@ -536,7 +536,7 @@ async def test_quit_with_harnesses_connected_asks_and_can_leave_the_guard_runnin
     harness = None
     async with app.run_test(size=SIZE) as pilot:
         await until(pilot, lambda: app.state.guard_status == "running", what="our guard running")
-        harness = GuardClient(sock, harness="dsh")
+        harness = GuardClient(sock, harness="dsh", timeout=30)
         harness.check("h-1", "read", {"p": 1})
         await until(pilot, lambda: app.state.harnesses == {"dsh": 1}, what="the harness seen")
         await pilot.press("q")
@@ -578,7 +578,7 @@ async def test_a_guard_that_dies_is_restarted_and_the_screen_says_so(tmp_path, m
             what="running again",
         )
         assert supervisor.restarts == 1
-        assert GuardClient(sock).check("after-restart", "read", {}).fallback is False
+        assert GuardClient(sock, timeout=30).check("after-restart", "read", {}).fallback is False
         await pilot.press("q")
 
 

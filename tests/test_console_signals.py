@@ -184,8 +184,8 @@ def test_a_signal_leaves_a_guard_that_harnesses_use_serving_and_says_so_in_its_l
     console = term.start()
     term.tmux.wait_for("guard running", timeout=60)
     guard = term.child("breaker.headless")
-    dsh = GuardClient(term.socket, harness="dsh")
-    claude = GuardClient(term.socket, harness="claude-code")
+    dsh = GuardClient(term.socket, harness="dsh", timeout=30)
+    claude = GuardClient(term.socket, harness="claude-code", timeout=30)
     try:
         assert dsh.check("sig-a", "read", {"p": 1}).fallback is False
         assert claude.check("sig-b", "read", {"p": 1}).fallback is False

@@ -37,7 +37,7 @@ def test_cbconsole_in_a_terminal_shows_a_loop_forming_and_interrupts_it(guard, t
     )
     tmux.start(cmd)
     tmux.wait_for("guard attached")
-    client = GuardClient(guard.socket, harness="dsh")
+    client = GuardClient(guard.socket, harness="dsh", timeout=30)
     for _ in range(9):
         client.check("tmux-looper", "web_search", {"query": "the same query"})
     row = agent_row(tmux, "tmux-looper", "dsh", "duplicate")

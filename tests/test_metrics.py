@@ -42,7 +42,7 @@ GUARD_METRICS = {
 
 
 def loop(path, agent: str, n: int, harness: str = "claude-code", tool: str = "web_search") -> list[bool]:
-    with GuardClient(path, harness=harness) as client:
+    with GuardClient(path, harness=harness, timeout=30) as client:
         return [client.check(agent, tool, {"q": "the same query"}).allowed for _ in range(n)]
 
 
@@ -60,7 +60,7 @@ def test_a_guard_without_metrics_or_export_imports_neither_library():
         "    d = Path(tempfile.mkdtemp()); os.chmod(d, 0o700); (d / 'run').mkdir(mode=0o700)\n"
         "    g = GuardServer(d / 'run' / 'g.sock', state_path=None)\n"
         "    await g.start()\n"
-        "    async with AsyncGuardClient(d / 'run' / 'g.sock') as c:\n"
+        "    async with AsyncGuardClient(d / 'run' / 'g.sock', timeout=30) as c:\n"
         "        for _ in range(8):\n"
         "            await c.check('a', 'web_search', {'q': 1})\n"
         "    await g.stop()\n"

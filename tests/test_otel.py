@@ -188,7 +188,7 @@ def test_a_real_guard_exports_its_denies_and_warnings_over_otlp_http(guard_facto
     otel_env(receiver.url)
     g = guard_factory("--otel", patch_text=RECOMMENDED)
     assert stats(g)["otel_events"] is True and stats(g)["otel_error"] is None
-    with GuardClient(g.socket, harness="dsh") as client:
+    with GuardClient(g.socket, harness="dsh", timeout=30) as client:
         decisions = [client.check("agent-7", "web_search", {"q": "x"}, parent="root-1").allowed for _ in range(3)]
     assert decisions == [True, True, False]
     events = wait_for(lambda: receiver.events() if len(receiver.events()) >= 2 else None, 30, "no events arrived")
@@ -207,16 +207,16 @@ def test_the_setting_switches_the_export_on_and_off_live(guard_factory, receiver
     assert stats(g)["otel_events"] is False
     g.patch.write_text("- id: circuit-breaker\n  config: {duplicateLimit: 1, otelEvents: true}\n")
     wait_for(lambda: stats(g)["otel_events"], message="the export never started")
-    with GuardClient(g.socket) as client:
+    with GuardClient(g.socket, timeout=30) as client:
         assert [client.check("a", "t", {}).allowed for _ in range(2)] == [True, False]
     wait_for(lambda: receiver.events(), 30, "no event arrived")
     g.patch.write_text("- id: circuit-breaker\n  config: {duplicateLimit: 1}\n")
     wait_for(lambda: stats(g)["otel_events"] is False, message="the export never stopped")
-    with GuardClient(g.socket) as client:
+    with GuardClient(g.socket, timeout=30) as client:
         assert [client.check("while-off", "t", {}).allowed for _ in range(2)] == [True, False]
     g.patch.write_text("- id: circuit-breaker\n  config: {duplicateLimit: 1, otelEvents: true}\n")
     wait_for(lambda: stats(g)["otel_events"], message="the export never started again")
-    with GuardClient(g.socket) as client:
+    with GuardClient(g.socket, timeout=30) as client:
         assert [client.check("after", "t", {}).allowed for _ in range(2)] == [True, False]
     events = wait_for(
         lambda: [e for e in receiver.events() if e[1]["gen_ai.agent.id"] == "after"] and receiver.events()
@@ -256,5 +256,5 @@ def test_otel_without_the_sdk_installed_is_a_clear_error(guard_factory, tmp_path
     running = guard_factory(patch_text="- id: circuit-breaker\n  config: {otelEvents: true}\n")
     error = wait_for(lambda: stats(running)["otel_error"])
     assert "the otelEvents setting" in error and "pip install 'cbconsole[otel]'" in error
-    with GuardClient(running.socket) as client:
+    with GuardClient(running.socket, timeout=30) as client:
         assert client.check("a", "t", {}).allowed

@@ -73,20 +73,20 @@ def head_text(agent: Agent | None, agent_id: str, colors: Mapping[str, str], now
     return Text("\n").join([top, line])
 
 
-def family_text(agent_id: str, state: ConsoleState, colors: Mapping[str, str]) -> Text:
-    """Its parent and its subagents, each with its status."""
-    agent = state.agents.get(agent_id)
+def family_text(key: str, state: ConsoleState, colors: Mapping[str, str]) -> Text:
+    """Its parent and its subagents (agents of its guard), each with its status."""
+    agent = state.agents.get(key)
     text = Text(no_wrap=True, overflow="ellipsis")
     parent = agent.data.parent if agent is not None else None
     text.append("parent ", style=colors["muted"])
-    if parent:
+    if agent is not None and parent:
         text.append_text(plain(clip(parent, 40)))
-        shown = state.agents.get(parent)
+        shown = state.agents.get(agent.parent_key or "")
         if shown is not None:
             text.append(f" ({shown.data.status})", style=kind_color(shown.data.status, colors))
     else:
         text.append("none (a root session)", style=colors["muted"])
-    kids = sorted((a for a in state.agents.values() if a.data.parent == agent_id), key=lambda a: a.id)
+    kids = sorted((a for a in state.agents.values() if a.parent_key == key), key=lambda a: a.id)
     text.append(f"   subagents ({len(kids)}) ", style=colors["muted"])
     for i, kid in enumerate(kids[:FAMILY_SHOWN]):
         text.append(", " if i else "")
@@ -141,12 +141,13 @@ class AgentScreen(Screen[None]):
         clock: Callable[[], float] = time.time,
     ) -> None:
         super().__init__()
-        self.agent = agent
+        self.agent = agent  # its key in the console's state
+        self.guard, self.agent_id = state.split_key(agent)  # the guard that knows it, and its id there
         self.state = state
         self.session = session
         self.readonly = readonly
         self.clock = clock
-        self.follow = FollowState(agent)
+        self.follow = FollowState(self.agent_id)
         self.actions = Actions(self, session, state)
         self._drawn: tuple[int, int] = (-1, -1)  # (state version, follow version) last drawn
         self._drawn_at = 0.0
@@ -188,17 +189,16 @@ class AgentScreen(Screen[None]):
         await self.start_following()
 
     async def start_following(self) -> None:
-        link = self.session.link
-        if link is None:
+        if self.session.link_for(self.guard) is None:
             return
-        await self.actions.ask("follow", lambda link: link.follow(self.agent, self.on_calls))
+        await self.actions.ask("follow", lambda link: link.follow(self.agent_id, self.on_calls), guard=self.guard)
 
     def on_calls(self, event: CallsEvent) -> None:
         self.follow.apply(event)
 
     async def on_unmount(self) -> None:
-        link = self.session.link
-        if link is not None and link.following == self.agent:
+        link = self.session.link_for(self.guard)
+        if link is not None and link.following == self.agent_id:
             try:
                 await link.unfollow()
             except Exception:  # the guard went away meanwhile: nothing to stop following
@@ -235,7 +235,7 @@ class AgentScreen(Screen[None]):
             self.show_keys(colors)
             if state_moved:
                 agent = self.state.agents.get(self.agent)
-                self.head.update(head_text(agent, self.agent, colors, now))
+                self.head.update(head_text(agent, self.state.name_of(self.agent), colors, now))
                 self.family.update(family_text(self.agent, self.state, colors))
                 self.show_trips(colors)
 
@@ -303,19 +303,19 @@ class AgentScreen(Screen[None]):
         return (agent.data.worst_tool or agent.data.last_tool or None) if agent is not None else None
 
     def action_exempt(self) -> None:
-        self.actions.exempt(self.selected_tool())
+        self.actions.exempt(self.selected_tool(), self.guard)
 
     def action_parent(self) -> None:
         agent = self.state.agents.get(self.agent)
-        parent = agent.data.parent if agent is not None else None
+        parent = agent.parent_key if agent is not None else None
         if not parent:
             self.notify("This agent has no parent session.", severity="warning", markup=False)
             return
         self.app.switch_screen(AgentScreen(parent, self.state, self.session, readonly=self.readonly, clock=self.clock))
 
     def action_copy_id(self) -> None:
-        self.app.copy_to_clipboard(self.agent)
-        self.notify(f"Copied the agent id: {self.agent}", markup=False)
+        self.app.copy_to_clipboard(self.agent_id)
+        self.notify(f"Copied the agent id: {self.agent_id}", markup=False)
 
     def action_copy_call(self) -> None:
         call = self.tail.current

@@ -13,6 +13,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, Select, Static, Switch, TextArea
 
 from breaker.config import BY_KEY, PRESETS, SETTINGS, TOOL_KEYS, Config, ConfigError, Kind, Problem, Setting
+from console.widgets.cells import plain
 
 __all__ = ["ConfigScreen", "help_line", "parse_field", "preset_note", "show_tools"]
 
@@ -142,8 +143,11 @@ class ConfigScreen(ModalScreen[dict[str, Any] | None]):
         Binding("ctrl+s", "save", "Save", id="config.save", tooltip="Validate, write the patch layer, apply live"),
     ]
 
-    def __init__(self, values: dict[str, Any], target: str | None, readonly: bool = False) -> None:
+    def __init__(
+        self, values: dict[str, Any], target: str | None, readonly: bool = False, title: str | None = None
+    ) -> None:
         super().__init__()
+        self.title_text = title  # over several guards: which guard's config this is
         given = {s.key: values.get(s.key, s.default) for s in SETTINGS}
         try:
             config = Config.from_mapping(given)
@@ -162,7 +166,11 @@ class ConfigScreen(ModalScreen[dict[str, Any] | None]):
 
     def compose(self) -> ComposeResult:
         with VerticalScroll():
-            yield Static(Text("Circuit-breaker config", style="bold"), id="heading")
+            heading = Text("Circuit-breaker config", style="bold")
+            if self.title_text:
+                heading.append(" — ")
+                heading.append_text(plain(self.title_text))
+            yield Static(heading, id="heading")
             for setting in SETTINGS:
                 key = setting.key
                 # A patch-only key runs a program: the guard refuses it over a socket, so it is shown, not edited.

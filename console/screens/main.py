@@ -23,10 +23,11 @@ from console.screens.config import ConfigScreen
 from console.screens.confirm import Choice, ConfirmScreen
 from console.screens.help import HelpScreen, keys_in_force
 from console.session import GuardSession
-from console.state import ConsoleState
+from console.state import ConsoleState, GuardView
 from console.themes import THEME_VARIABLES
 from console.widgets.activity import ActivityChart
 from console.widgets.agents import AgentsTable
+from console.widgets.cells import plain
 from console.widgets.detail import AgentDetail
 from console.widgets.header import GuardHeader
 from console.widgets.keys import KeysTable
@@ -174,7 +175,7 @@ class MainScreen(Screen[None]):
         self.activity = ActivityChart(id="activity")
         self.filter_box = Input(placeholder="filter agents: id, harness or tool (escape clears)", id="filter")
         self.agents_title = Static(Text("Agents — most dangerous first"), id="agents-title")
-        self.agents_table = AgentsTable(id="agents")
+        self.agents_table = AgentsTable(id="agents", fleet=self.state.fleet)
         self.detail = AgentDetail(id="detail")
         self.keys_table = KeysTable(id="keys")
         self.trips_title = Static(Text("Trips"), id="trips-title")
@@ -225,15 +226,18 @@ class MainScreen(Screen[None]):
         colors = self.roles()
         order, tree = state.table_rows()  # flat, or as a tree (`t`)
         table = self.agents_table
+        guards = [(view.label, view.reachable) for view in state.guards] if state.fleet else ()
         with self.app.batch_update():
-            self.header.show(state, colors, self.readonly, self.frozen)
-            self.activity.show(state.activity, now, colors)
-            table.reconcile(order, state.agents, now, state.marked, colors, tree)
+            self.header.show(state, colors, self.readonly, self.frozen, state.guard_of(table.selected))
+            self.activity.show(state.activity_of_all(), now, colors)
+            table.reconcile(order, state.agents, now, state.marked, colors, tree, guards)
             self.show_detail(table.selected, colors, now)
-            limit_of = {k.agent: a.data.duplicate_limit for k in state.top_keys if (a := state.agents.get(k.agent))}
-            self.keys_table.show(state.top_keys, limit_of, state.exempt, colors)
+            keys = state.top_keys
+            limit_of = {k.agent: a.data.duplicate_limit for k in keys if (a := state.agents.get(k.agent))}
+            exempt_of = {k.agent: state.guards[state.split_key(k.agent)[0]].exempt for k in keys}
+            self.keys_table.show(keys, limit_of, exempt_of, colors, state.name_of)
             trips = self.trips_table
-            trips.add_trips(state.take_new_trips(), colors)
+            trips.add_trips(state.take_new_trips(), colors, state.name_of)
             title = f"Trips ({state.trips_seen})"
             if trips.unseen:
                 title += f"  — {trips.unseen} new ↓"
@@ -246,13 +250,19 @@ class MainScreen(Screen[None]):
     def show_detail(self, agent: str | None, colors: dict[str, str], now: float) -> None:
         """The detail line for `agent`, with the values of the columns the agents table hides."""
         hidden = self.agents_table.hidden
-        self.detail.show(self.state.agents.get(agent or ""), len(self.state.marked), colors, hidden=hidden, now=now)
+        shown = self.state.agents.get(agent or "")
+        guard = self.state.guards[shown.guard].label if shown is not None and self.state.fleet else ""
+        self.detail.show(shown, len(self.state.marked), colors, hidden=hidden, now=now, guard=guard)
 
     # -- the guard's ops ----------------------------------------------------------------------------
 
-    async def ask_guard(self, what: str, op: Callable[[GuardLink], Awaitable[T]]) -> T | None:
-        """Run an operator op; None (and the operator told why) if there is no guard or it failed."""
-        return await self.actions.ask(what, op)
+    async def ask_guard(self, what: str, op: Callable[[GuardLink], Awaitable[T]], guard: int = 0) -> T | None:
+        """Run an operator op on guard number `guard`; None (and the operator told why) if it failed."""
+        return await self.actions.ask(what, op, guard)
+
+    def selected_guard(self) -> GuardView:
+        """The guard of the selected agent: the one the config, exempt and pause keys act on."""
+        return self.state.guard_of(self.agents_table.selected)
 
     # -- actions ------------------------------------------------------------------------------------
 
@@ -288,12 +298,13 @@ class MainScreen(Screen[None]):
         self.app.push_screen(AgentScreen(agent, self.state, self.session, readonly=self.readonly, clock=self.clock))
 
     def action_pause_guard(self) -> None:
-        if self.state.paused:
-            self.run_worker(self._set_paused(False))
+        view = self.selected_guard()
+        if view.paused:
+            self.run_worker(self._set_paused(False, view.number))
             return
 
         async def done(choice: str | None) -> None:
-            if choice == "yes" and await self._set_paused(True):
+            if choice == "yes" and await self._set_paused(True, view.number):
                 self.notify(
                     "Guard paused: every call is allowed and not counted until you resume (p).",
                     severity="warning",
@@ -301,6 +312,10 @@ class MainScreen(Screen[None]):
                 )
 
         body = Text("While paused, every tool call is allowed and nothing is counted. Interrupts still apply.")
+        if self.state.fleet:
+            body.append("\n\nThe guard paused: ")
+            body.append_text(plain(view.label, style="bold"))
+            body.append(" (the selected agent's). The others go on judging.")
         self.app.push_screen(
             ConfirmScreen(
                 "Pause the guard?", body, [Choice("no", "Cancel", key="n"), Choice("yes", "Pause", "warning", key="y")]
@@ -308,28 +323,32 @@ class MainScreen(Screen[None]):
             done,
         )
 
-    async def _set_paused(self, paused: bool) -> bool:
-        now = await self.ask_guard("pause" if paused else "resume", lambda link: link.set_paused(paused))
+    async def _set_paused(self, paused: bool, guard: int = 0) -> bool:
+        now = await self.ask_guard("pause" if paused else "resume", lambda link: link.set_paused(paused), guard)
         if now is None:
             return False
-        self.state.set_paused(now)
+        self.state.set_paused(now, guard)
         if not paused:
             self.notify("Guard resumed: calls are judged again.", markup=False)
         return True
 
     def action_edit_config(self) -> None:
+        view = self.selected_guard()
+
         async def done(changes: dict[str, Any] | None) -> None:
             if not changes:
                 return
-            saved = await self.ask_guard("config_set", lambda link: link.config_set(changes))
+            saved = await self.ask_guard("config_set", lambda link: link.config_set(changes), view.number)
             if saved is None:
                 return
             if saved.config is not None:
-                self.state.set_config(saved.config)
+                self.state.set_config(saved.config, view.number)
             where = saved.written or "memory only"
-            self.notify(f"Saved and applied: {', '.join(sorted(changes))} (written to {where}).", markup=False)
+            on = f" on {view.label}" if self.state.fleet else ""
+            self.notify(f"Saved and applied{on}: {', '.join(sorted(changes))} (written to {where}).", markup=False)
 
-        self.app.push_screen(ConfigScreen(self.state.values, self.state.config.target, self.readonly), done)
+        title = f"the config of {view.label}" if self.state.fleet else None
+        self.app.push_screen(ConfigScreen(view.values, view.config.target, self.readonly, title=title), done)
 
     def selected_tool(self) -> str | None:
         """The tool of the repeated call under the cursor (if that table has focus), else the selected
@@ -342,7 +361,11 @@ class MainScreen(Screen[None]):
         return agent.data.worst_tool or agent.data.last_tool or None
 
     def action_exempt(self) -> None:
-        self.actions.exempt(self.selected_tool())
+        if self.keys_table.has_focus and (key := self.keys_table.current()):
+            guard = self.state.split_key(key.agent)[0]  # the guard of the agent that repeats the call
+        else:
+            guard = self.selected_guard().number
+        self.actions.exempt(self.selected_tool(), guard)
 
     def action_mark(self) -> None:
         table = self.agents_table
@@ -360,8 +383,9 @@ class MainScreen(Screen[None]):
         if not agent or agent not in self.state.agents:
             self.notify("Select an agent first.", severity="warning", markup=False)
             return
-        self.app.copy_to_clipboard(agent)  # OSC 52: the terminal puts it on the system clipboard
-        self.notify(f"Copied the agent id: {agent}", markup=False)
+        agent_id = self.state.agents[agent].id
+        self.app.copy_to_clipboard(agent_id)  # OSC 52: the terminal puts it on the system clipboard
+        self.notify(f"Copied the agent id: {agent_id}", markup=False)
 
     def action_copy_call(self) -> None:
         """The repeated call under the cursor (if that table has focus), else the selected agent's worst one."""
@@ -372,11 +396,12 @@ class MainScreen(Screen[None]):
         else:
             self.notify("Select an agent or a repeated call first.", severity="warning", markup=False)
             return
+        name = self.state.name_of(agent)
         if not preview:
-            self.notify(f"{agent} has no repeated call to copy.", severity="warning", markup=False)
+            self.notify(f"{name} has no repeated call to copy.", severity="warning", markup=False)
             return
         self.app.copy_to_clipboard(preview)  # one line already: the guard's preview of the call
-        self.notify(f"Copied the call {agent} repeated {count} times: {preview}", markup=False)
+        self.notify(f"Copied the call {name} repeated {count} times: {preview}", markup=False)
 
     async def action_save_report(self) -> None:
         saved_at = datetime.fromtimestamp(self.clock()).astimezone()
@@ -394,7 +419,7 @@ class MainScreen(Screen[None]):
 
     def action_freeze(self) -> None:
         self.frozen = not self.frozen
-        self.header.show(self.state, self.roles(), self.readonly, self.frozen)
+        self.header.show(self.state, self.roles(), self.readonly, self.frozen, self.selected_guard())
         self.force_redraw()
 
     def action_filter(self) -> None:

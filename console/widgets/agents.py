@@ -42,19 +42,23 @@ ALWAYS = ("mark", "agent", "status", "worst")
 # alone; the last tool (what it is doing); the age of its last call (whether it still runs); the window's
 # fill; the calls/s sparkline; harness and parent, which the detail line shows anyway.
 ROOM_ORDER = ("cap", "agent", "calls", "tool", "age", "window", "rate", "harness", "parent")
+# Over several guards, which guard an agent is on comes right after its limits: the same id may run on two.
+FLEET_ROOM_ORDER = ("cap", "guard", *ROOM_ORDER[1:])
+GUARD_WIDTH = 12
 
 
-def fit_columns(width: int, padding: int = PADDING) -> tuple[frozenset[str], int]:
+def fit_columns(width: int, padding: int = PADDING, fleet: bool = False) -> tuple[frozenset[str], int]:
     """The columns that fit in `width` cells without scrolling sideways, and the agent column's width.
 
-    ALWAYS are shown (below ~55 cells they scroll); the others are given room in ROOM_ORDER, stopping at
-    the first that does not fit, so a narrower terminal drops the lowest first and never skips one."""
+    ALWAYS are shown (below ~55 cells they scroll); the others are given room in ROOM_ORDER (FLEET_ROOM_ORDER over
+    several guards), stopping at the first that does not fit, so a narrower terminal drops the lowest first and
+    never skips one."""
     widths = {key: w for key, _label, w in AgentsTable.COLUMNS}
     pad = 2 * padding
     agent = AGENT_MIN_WIDTH
     room = width - sum(widths[key] + pad for key in ALWAYS if key != "agent") - (agent + pad)
     shown = set(ALWAYS)
-    for key in ROOM_ORDER:
+    for key in FLEET_ROOM_ORDER if fleet else ROOM_ORDER:
         if key == "agent":
             grow = max(0, min(AGENT_WIDTH - agent, room))
             agent += grow
@@ -134,6 +138,7 @@ class AgentsTable(ScrollView, can_focus=True):
         ("calls", "calls", 5),
         ("worst", "worst repeat", 12),
         ("cap", "cap", 8),
+        ("guard", "guard", GUARD_WIDTH),  # over several guards only: the guard's label
         ("window", "window", 8),
         ("tool", "last tool", TOOL_WIDTH),
         ("age", "age", 5),
@@ -144,16 +149,18 @@ class AgentsTable(ScrollView, can_focus=True):
     _INDEX = {key: i for i, (key, _label, _width) in enumerate(COLUMNS)}
     _META = tuple(Style.from_meta({"column": key}) for key, _label, _width in COLUMNS)  # see `_strip`
 
-    def __init__(self, **kwargs: object) -> None:
+    def __init__(self, *, fleet: bool = False, **kwargs: object) -> None:
         super().__init__(**kwargs)  # type: ignore[arg-type]
+        self.fleet = fleet  # over several guards: the guard column is one of the columns
         self.agent_width = AGENT_WIDTH
         self.selected: str | None = None  # the agent under the cursor
         self.cursor_row = 0
-        self._shown: tuple[str, ...] = tuple(key for key, _label, _width in self.COLUMNS)  # in table order
+        self._shown: tuple[str, ...] = tuple(k for k, _l, _w in self.COLUMNS if fleet or k != "guard")  # in order
         self._order: Sequence[str] = ()
         self._agents: Mapping[str, Agent] = {}
         self._tree: Mapping[str, tuple[str, bool]] = {}  # each tree row's glyphs and context flag (see ShownAgent)
         self._marked: set[str] = set()
+        self._guards: Sequence[tuple[str, bool]] = ()  # each guard's label, and whether it is reachable
         self._colors: Mapping[str, str] = {}
         self._now = 0.0
         self._index: dict[str, int] | None = None  # `_order` as id -> line; built when asked for
@@ -174,7 +181,7 @@ class AgentsTable(ScrollView, can_focus=True):
     @property
     def hidden(self) -> frozenset[str]:
         """The keys of the columns left out for want of width."""
-        return frozenset(key for key, _label, _width in self.COLUMNS if key not in self._shown)
+        return frozenset(k for k, _l, _w in self.COLUMNS if k not in self._shown and (self.fleet or k != "guard"))
 
     @property
     def column_labels(self) -> list[str]:
@@ -224,8 +231,9 @@ class AgentsTable(ScrollView, can_focus=True):
         colors: Mapping[str, str],
         glyphs: str = "",
         context: bool = False,
+        guard: tuple[str, bool] = ("", True),
     ) -> tuple[Text, ...]:
-        """An agent's cells, one per column in COLUMNS order."""
+        """An agent's cells, one per column in COLUMNS order; `guard`: its guard's label and whether it answers."""
         d = agent.data
         cap = d.cap
         calls = d.calls
@@ -248,6 +256,7 @@ class AgentsTable(ScrollView, can_focus=True):
             Text(str(calls), justify="right"),
             worst,
             cap_cell,
+            plain(clip(guard[0], GUARD_WIDTH), style="" if guard[1] else f"strike {colors['muted']}"),
             Text(f"{d.window_fill}/{d.window}", style="dim" if not d.window_fill else ""),
             plain(clip(d.last_tool, TOOL_WIDTH)),
             age(now - last_seen if last_seen else None),
@@ -264,14 +273,17 @@ class AgentsTable(ScrollView, can_focus=True):
         marked: set[str],
         colors: Mapping[str, str],
         tree: Mapping[str, tuple[str, bool]] | None = None,
+        guards: Sequence[tuple[str, bool]] = (),
     ) -> None:
-        """Show the agents `order` names, in that order (`agents` has each; `tree` the glyphs of tree rows). The
-        list is kept, not copied: the caller hands a new one when the order changes. Nothing is rendered here:
-        the lines on screen are, when drawn, each only if what it shows changed."""
+        """Show the agents `order` names, in that order (`agents` has each; `tree` the glyphs of tree rows; `guards`
+        each guard's label and whether it answers). The list is kept, not copied: the caller hands a new one when
+        the order changes. Nothing is rendered here: the lines on screen are, when drawn, each only if what it
+        shows changed."""
         if order is not self._order:
             self._order = order
             self._index = None
         self._agents, self._tree, self._marked, self._now = agents, tree or {}, marked, now
+        self._guards = guards
         if colors != self._colors:
             self._colors = dict(colors)
             self._restyle()
@@ -371,7 +383,7 @@ class AgentsTable(ScrollView, can_focus=True):
         """Show the columns that fit in `width` cells, by ROOM_ORDER."""
         if width <= 0:
             return  # not laid out yet
-        keys, agent_width = fit_columns(width, PADDING)
+        keys, agent_width = fit_columns(width, PADDING, self.fleet)
         shown = tuple(key for key, _label, _width in self.COLUMNS if key in keys)
         if shown == self._shown and agent_width == self.agent_width:
             return
@@ -424,7 +436,11 @@ class AgentsTable(ScrollView, can_focus=True):
             tuple(a.rate),
             glyphs,
             context,
+            self._guard(a.guard),
         )
+
+    def _guard(self, number: int) -> tuple[str, bool]:
+        return self._guards[number] if number < len(self._guards) else ("", True)
 
     def _row(self, key: str) -> _Row:
         """`key`'s line, its cells rendered again only if what they show changed since, and laid out again if the
@@ -438,11 +454,14 @@ class AgentsTable(ScrollView, can_focus=True):
                 if row.look[1] != look[1]:  # the ids are cut to the new width
                     glyphs, context = self._tree.get(key, ("", False))
                     index = self._INDEX["agent"]
-                    cells = (*cells[:index], self.agent_cell(key, glyphs, context), *cells[index + 1 :])
+                    agent_id = self._agents[key].id
+                    cells = (*cells[:index], self.agent_cell(agent_id, glyphs, context), *cells[index + 1 :])
                 row.cells, row.look, row.strip, row.final = cells, look, self._strip(cells), None
             return row
         glyphs, context = self._tree.get(key, ("", False))
-        cells = self.render_row(self._agents[key], self._now, key in self._marked, self._colors, glyphs, context)
+        agent = self._agents[key]
+        marked = key in self._marked
+        cells = self.render_row(agent, self._now, marked, self._colors, glyphs, context, self._guard(agent.guard))
         row = _Row(inputs, cells, look, self._strip(cells))
         self._rows[key] = row
         return row

@@ -51,7 +51,10 @@ class AgentDetail(Static):
         *,
         hidden: Collection[str],
         now: float,
+        guard: str = "",
     ) -> None:
+        """Who the agent is (on `guard`, over several guards), its denies, warnings and worst repeat, and the
+        columns the table hides."""
         if agent is None:
             self.update(Text("no agent selected — agents appear here when a harness asks the guard", style="dim"))
             return
@@ -64,6 +67,9 @@ class AgentDetail(Static):
         if d.harness:
             top.append("  via ", style=colors["muted"])
             top.append_text(plain(d.harness))
+        if guard:
+            top.append("  on ", style=colors["muted"])
+            top.append_text(plain(guard, style="bold"))
         if marked:
             top.append(f"  ({marked} marked)", style=colors["warn"])
         bottom = Text(no_wrap=True, overflow="ellipsis")

@@ -9,7 +9,7 @@ from textual.widgets import Static
 
 from breaker.config import KEYS, SETTINGS
 from breaker.protocol import GuardStats
-from console.state import ConsoleState
+from console.state import ConsoleState, GuardView
 from console.widgets.cells import by_kind, plain
 
 __all__ = ["GuardHeader"]
@@ -21,6 +21,23 @@ _OTHER_LIMITS = tuple(
 
 # (the harnesses' names, the checks' total, the denies' split by kind) in the counts line, fullest first.
 _NARROWER = ((True, True, True), (True, True, False), (True, False, False), (False, False, False))
+_STATUS_ROLE = {"running": "ok", "attached": "ok", "restarting": "warn", "starting": "warn"}
+
+
+def summed(views: list[GuardView]) -> GuardStats:
+    """Several guards' counters as one: what the counts line says over several guards."""
+    out = GuardStats()
+    for view in views:
+        stats = view.stats
+        if stats is None:
+            continue
+        out.checks += stats.checks
+        out.warnings += stats.warnings
+        for kind, n in stats.denies.items():
+            out.denies[kind] = out.denies.get(kind, 0) + n
+        for name, n in stats.harnesses.items():
+            out.harnesses[name] = out.harnesses.get(name, 0) + n
+    return out
 
 
 class GuardHeader(Static):
@@ -28,33 +45,40 @@ class GuardHeader(Static):
     GuardHeader { height: 3; padding: 0 1; background: $panel; text-wrap: nowrap; text-overflow: ellipsis; }
     """
 
-    _shown: tuple[ConsoleState, Mapping[str, str], bool, bool] | None = None  # what show() was last given
+    # what show() was last given
+    _shown: tuple[ConsoleState, Mapping[str, str], bool, bool, GuardView | None] | None = None
 
-    def show(self, state: ConsoleState, colors: Mapping[str, str], readonly: bool, frozen: bool) -> None:
-        stats, config = state.stats or GuardStats(), state.config
-        status_role = {"running": "ok", "attached": "ok", "restarting": "warn", "starting": "warn"}.get(
-            state.guard_status, "trip"
-        )
-        line = Text(no_wrap=True, overflow="ellipsis")
-        line.append("● ", style=colors[status_role])
-        line.append(f"guard {state.guard_status}", style=f"bold {colors[status_role]}")
-        if stats.pid:
-            line.append(f" (pid {stats.pid})", style=colors["muted"])
-        # What the operator must not miss comes before the paths, which a narrow terminal cuts short.
-        if stats.paused:
-            line.append("  GUARD PAUSED: every call allowed", style=f"bold reverse {colors['warn']}")
+    def show(
+        self,
+        state: ConsoleState,
+        colors: Mapping[str, str],
+        readonly: bool,
+        frozen: bool,
+        view: GuardView | None = None,
+    ) -> None:
+        """The guard's status, counts and config; over several guards each one's status, every guard's counts, and
+        the config of `view` (the selected agent's guard)."""
+        view = view or state.guards[0]
+        config = view.config
+        if state.fleet:
+            line = self._guards_line(state, colors)
+            stats = summed(state.guards)
+        else:
+            stats = view.stats or GuardStats()
+            line = self._guard_line(view, stats, colors)
         if frozen:
             line.append("  screen frozen (z)", style=f"bold {colors['warn']}")
         if readonly:
             line.append("  read-only", style=colors["muted"])
-        if state.guard_note:
-            line.append("  ")
-            line.append_text(plain(state.guard_note, style=colors["warn"]))
-        if config.source:
-            line.append("   config from ", style=colors["muted"])
-            line.append_text(plain(config.source, style=colors["muted"]))
-        line.append("   socket ", style=colors["muted"])
-        line.append_text(plain(stats.socket))
+        if not state.fleet:
+            if view.note:
+                line.append("  ")
+                line.append_text(plain(view.note, style=colors["warn"]))
+            if config.source:
+                line.append("   config from ", style=colors["muted"])
+                line.append_text(plain(config.source, style=colors["muted"]))
+            line.append("   socket ", style=colors["muted"])
+            line.append_text(plain(stats.socket))
 
         # The counts line, fullest first, each variant narrower: the first that fits the width is shown.
         width = self.content_size.width
@@ -64,7 +88,10 @@ class GuardHeader(Static):
                 break
 
         line3 = Text(no_wrap=True, overflow="ellipsis")
-        settings = state.settings
+        settings = view.settings
+        if state.fleet:
+            line3.append_text(plain(view.label, style="bold"))
+            line3.append(": ", style=colors["muted"])
         if config.error:
             line3.append("config error, last good kept: ", style=f"bold {colors['trip']}")
             line3.append_text(plain(config.error, style=colors["trip"]))
@@ -90,15 +117,42 @@ class GuardHeader(Static):
             if settings.tools:
                 line3.append(" · tools ", style=colors["muted"])
                 line3.append_text(plain(", ".join(tool for tool, _ in settings.tools)))
-        elif state.settings_error:
+        elif view.settings_error:
             line3.append("config: the guard's values do not read here: ", style=f"bold {colors['trip']}")
-            line3.append_text(plain(state.settings_error, style=colors["trip"]))
+            line3.append_text(plain(view.settings_error, style=colors["trip"]))
         else:
             line3.append("config: waiting for the guard", style="dim")
         text = Text("\n").join([line, line2, line3])
         text.no_wrap, text.overflow = True, "ellipsis"
-        self._shown = (state, colors, readonly, frozen)
+        self._shown = (state, colors, readonly, frozen, view)
         self.update(text)
+
+    @staticmethod
+    def _guard_line(view: GuardView, stats: GuardStats, colors: Mapping[str, str]) -> Text:
+        role = _STATUS_ROLE.get(view.status, "trip")
+        line = Text(no_wrap=True, overflow="ellipsis")
+        line.append("● ", style=colors[role])
+        line.append(f"guard {view.status}", style=f"bold {colors[role]}")
+        if stats.pid:
+            line.append(f" (pid {stats.pid})", style=colors["muted"])
+        # What the operator must not miss comes before the paths, which a narrow terminal cuts short.
+        if stats.paused:
+            line.append("  GUARD PAUSED: every call allowed", style=f"bold reverse {colors['warn']}")
+        return line
+
+    @staticmethod
+    def _guards_line(state: ConsoleState, colors: Mapping[str, str]) -> Text:
+        """Each guard: its label and status (`paused` if it is), the ones to look at first."""
+        line = Text(no_wrap=True, overflow="ellipsis")
+        line.append(f"{len(state.guards)} guards ", style=colors["muted"])
+        for view in sorted(state.guards, key=lambda v: (v.reachable, not v.paused, v.number)):
+            role = _STATUS_ROLE.get(view.status, "trip")
+            line.append("  ● ", style=colors[role])
+            line.append_text(plain(view.label, style="bold"))
+            line.append(f" {view.status}", style=colors[role])
+            if view.paused:
+                line.append(" PAUSED", style=f"bold reverse {colors['warn']}")
+        return line
 
     def on_resize(self) -> None:
         # The counts line is fitted to the width: fit it again now rather than at the next redraw.

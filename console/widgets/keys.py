@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 
 from rich.text import Text
 
@@ -40,22 +40,29 @@ class KeysTable(KeyedTable):
         self._rows: dict[str, KeyRow] = {}
 
     def show(
-        self, keys: list[KeyRow], limit_of: Mapping[str, int], exempt: Collection[str], colors: Mapping[str, str]
+        self,
+        keys: list[KeyRow],
+        limit_of: Mapping[str, int],
+        exempt_of: Mapping[str, Collection[str]],
+        colors: Mapping[str, str],
+        name_of: Callable[[str], str] = str,
     ) -> None:
+        """`keys` as rows; by each key's agent: its duplicate limit, the tools its guard exempts, how it is named."""
         palette = tuple(colors.values())
         self._rows = dict(zip(row_keys(keys), keys, strict=True))
         limits = {key: limit_of.get(k.agent) or 1 for key, k in self._rows.items()}  # 1: its agent is gone
+        exempt = {key: k.tool in exempt_of.get(k.agent, ()) for key, k in self._rows.items()}
 
         def render(key: str) -> tuple[Text, ...]:
             k, limit = self._rows[key], limits[key]
             return (
                 Text(f"{k.count}/{limit}", style=ratio_color(k.count / limit, colors), justify="right"),
-                plain(clip(k.tool, 12), style=colors["exempt"] if k.tool in exempt else ""),
+                plain(clip(k.tool, 12), style=colors["exempt"] if exempt[key] else ""),
                 keyed(plain(k.preview), key),
-                plain(clip(k.agent, 12), style=colors["muted"]),
+                plain(clip(name_of(k.agent), 12), style=colors["muted"]),
             )
 
-        rows = [(key, (k.count, limits[key], k.tool in exempt, palette)) for key, k in self._rows.items()]
+        rows = [(key, (k.count, limits[key], exempt[key], palette)) for key, k in self._rows.items()]
         self.show_rows(rows, render)
 
     def current(self) -> KeyRow | None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from rich.text import Text
 from textual.widgets import DataTable
@@ -37,7 +37,7 @@ class TripsTable(DataTable):
     def at_bottom(self) -> bool:
         return self.scroll_y >= self.max_scroll_y
 
-    def add_trips(self, trips: list[TripRow], colors: Mapping[str, str]) -> None:
+    def add_trips(self, trips: list[TripRow], colors: Mapping[str, str], name_of: Callable[[str], str] = str) -> None:
         if not trips:
             return
         follow = self.at_bottom or self.row_count == 0
@@ -49,7 +49,7 @@ class TripsTable(DataTable):
             stamp = time.strftime("%H:%M:%S", time.localtime(trip.time)) if trip.time else "--:--:--"
             self.add_row(
                 Text(stamp, style="dim"),
-                plain(clip(trip.agent, 14)),
+                plain(clip(name_of(trip.agent), 14)),
                 plain(kind, style=kind_color(kind, colors)),
                 plain(clip(trip.tool, 14)),
                 Text(f"{trip.count}/{trip.limit}" if kind != "interrupted" else "—", justify="right"),
