@@ -361,6 +361,11 @@ def answer(harness: str, event_name: Any, reason: str, *, stop: bool = False) ->
     the call run, so the deny goes with it)."""
     if harness == "gemini-cli":
         return {"decision": "deny", "reason": reason}
+    if harness == "codex":
+        # Codex 0.171.0 shows the model "Command blocked by PreToolUse hook: <reason>. Command: <cmd>": it adds
+        # the period itself, so one the reason ends with would read "stuck.. Command:".
+        reason = reason.rstrip()
+        reason = reason[:-1] if reason.endswith(".") and not reason.endswith("..") else reason
     if harness == "cursor":
         return {"permission": "deny", "user_message": reason, "agent_message": reason}
     out: dict[str, Any] = {

@@ -15,6 +15,8 @@ def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="cbconsole",
         description="A circuit breaker for AI-agent tool calls, with a live operator console.",
+        epilog="Also: `cbconsole setup HARNESS` wires a harness (claude-code, codex, gemini, dsh, cursor) to the "
+        "guard, and `cbconsole doctor` checks that every installed harness is guarded (each has --help).",
     )
     p.add_argument("--headless", action="store_true", help="run the guard server alone (no console), logging to stderr")
     p.add_argument(
@@ -78,13 +80,20 @@ def _unknown_theme(name: str) -> str | None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] in ("setup", "doctor"):
+        # `cbconsole setup`/`doctor` wire the harnesses and check them: the guard side's own commands, run
+        # from the user's shell (no socket reaches them), with no console code and no guard needed.
+        from breaker.wiring import cli
+
+        return cli.main(argv)
     p = parser()
     args = p.parse_args(argv)
     socket_path = Path(args.socket).expanduser() if args.socket else default_socket_path()
     if args.headless:
         from breaker.headless import main as headless
 
-        return headless(_headless_args(argv if argv is not None else sys.argv[1:]))
+        return headless(_headless_args(argv))
     if args.demo and (args.attach or args.replay):
         print(
             "cbconsole: --demo runs its own private guard; it cannot be combined with --attach or --replay",
