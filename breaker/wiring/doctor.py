@@ -445,6 +445,11 @@ def codex_hooks_list(program: Path, places: Places, cwd: Path) -> list[dict[str,
             proc.wait()
 
 
+def _event(name: Any) -> str:
+    """Codex's app-server says `preToolUse` for the hooks.json event `PreToolUse`."""
+    return name[:1].upper() + name[1:] if isinstance(name, str) else "?"
+
+
 def check_codex_trust(
     program: Path, places: Places, project: Path | None, files: list[_Settings], cbhook: Path | None
 ) -> list[Check]:
@@ -500,7 +505,8 @@ def check_codex_trust(
     bad = [h for h in mine if h.get("trustStatus") not in ("trusted", "managed") or h.get("enabled") is False]
     if bad:
         what = ", ".join(
-            f"{h.get('eventName')} ({'disabled' if h.get('enabled') is False else h.get('trustStatus')})" for h in bad
+            f"{_event(h.get('eventName'))} ({'disabled' if h.get('enabled') is False else h.get('trustStatus')})"
+            for h in bad
         )
         return [
             Check(

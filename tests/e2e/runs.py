@@ -338,18 +338,20 @@ def run_dsh_with(
     log: Path | None = None,
     overlay: str = "overlay.yml",
     setup: Setup | None = None,
+    hmr: bool = True,
 ) -> Run:
     """`dsh --profile PROFILE --patch hmr.yml [--patch FILE]... [--patch overlay.yml] TASK`: the overlay
     holds `rows` (e.g. a plugin's insert row); `patches` are more layer files, in order; `env` adds
     to the run's environment (DSH_HOME stays the scratch one). With `setup`, `cbconsole setup dsh`
-    writes the plugin's and the hmr row into `$DSH_HOME/cordis.patch.yml` first, and no hmr.yml is given."""
+    writes the plugin's and the hmr row into `$DSH_HOME/cordis.patch.yml` first, and no hmr.yml is
+    given (nor with `hmr=False`: a layer of the test's holds the row)."""
     dirs = _scratch(scratch)
     dsh_home = scratch / "dsh-home"
     dsh_home.mkdir(exist_ok=True)
     # The HMR row: without it every profile run fails with "user patch-layer watching requires the
     # Cordis HMR service". Patch files are YAML; JSON is YAML, so no YAML writer is needed.
-    hmr = scratch / "hmr.yml"
-    hmr.write_text(json.dumps([{"id": "hmr", "disabled": False, "config": {"root": []}}], indent=1) + "\n")
+    hmr_file = scratch / "hmr.yml"
+    hmr_file.write_text(json.dumps([{"id": "hmr", "disabled": False, "config": {"root": []}}], indent=1) + "\n")
     rows = list(rows or [])
     home_env = {**_home_env(dirs), "DSH_HOME": str(dsh_home)}
     setup_output = run_setup(setup, dirs["home"], harness.env(home_env)) if setup is not None else ""
@@ -361,7 +363,8 @@ def run_dsh_with(
                 "config": {"root": str(dsh_home / "sessions"), "compression": compression},
             }
         )
-    argv = [str(harness.exe), "--profile", profile] + ([] if setup is not None else ["--patch", str(hmr)])
+    with_hmr = hmr and setup is None
+    argv = [str(harness.exe), "--profile", profile] + (["--patch", str(hmr_file)] if with_hmr else [])
     for patch in patches:
         argv += ["--patch", str(patch)]
     if rows:

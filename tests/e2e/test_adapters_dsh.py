@@ -27,7 +27,7 @@ from tests.conftest import GuardProcess, request
 from . import harnesses
 from .fakemodel import FakeModel, ModelRequest, Reply, Text, ToolCall, loop_script
 from .harnesses import Harness, InstallError
-from .runs import Setup, dsh_sessions, read_dsh_session, run_dsh_with, run_process, wait_until
+from .runs import Setup, dsh_sessions, read_dsh_session, run_dsh_with, run_process, run_setup, wait_until
 from .scenarios import DSH_SPAWN, dsh_bash, is_child, parent_child_script
 
 pytestmark = pytest.mark.e2e
@@ -308,7 +308,7 @@ def pnpm() -> Harness:
         pytest.fail(f"could not install pnpm: {e}", pytrace=False)
 
 
-def test_dsh_plugin_add_of_the_path_cbhook_prints_installs_the_bundle_and_its_row(
+def test_dsh_plugin_add_then_setup_on_that_profile_adds_the_hmr_row_and_the_users_appended_row_works(
     dsh, pnpm, guard_factory, tmp_path, timed
 ):
     import subprocess
@@ -331,17 +331,22 @@ def test_dsh_plugin_add_of_the_path_cbhook_prints_installs_the_bundle_and_its_ro
     manifest = json.loads((profile / "package.json").read_text())
     assert manifest["dsh"]["profile"]["bundles"][-1] == "cbconsole-circuit-breaker"
 
-    # The user's own profile layer configures the row; the guard reads the same layer.
+    layer = profile / "cordis.patch.yml"
+    assert layer.read_text().strip().endswith("\n[]")  # what `dsh plugin add` leaves for the user's rows
+
+    # Setup on that profile adds only the hmr row (the bundle inserts the plugin's), as a block list
+    # instead of the `[]`: the user's own row can then simply be appended, as a user would.
+    said = run_setup(setup_dsh(None, "--profile", "headless"), tmp_path, env)
+    assert "already loads the plugin as a bundle" in said and "added the `hmr` row" in said, said
     g = guard_factory(start=False)
-    (profile / "cordis.patch.yml").write_text(
-        f"- id: circuit-breaker\n  config:\n    duplicateLimit: 2\n    guardSocket: {g.socket}\n"
-    )
+    with layer.open("a") as f:
+        f.write(f"- id: circuit-breaker\n  config:\n    duplicateLimit: 2\n    guardSocket: {g.socket}\n")
     g.home = dsh_home
     g.args = ["--profile", "headless"]
     g.start()
-    assert request(g.operator, {"op": "config_get", "id": 1})["config"]["source"] == str(profile / "cordis.patch.yml")
+    assert request(g.operator, {"op": "config_get", "id": 1})["config"]["source"] == str(layer)
     with FakeModel(loop_script(3)) as fm:
-        run = timed(run_dsh_with(dsh, fm, scratch))
+        run = timed(run_dsh_with(dsh, fm, scratch, hmr=False))  # the profile layer's hmr row is enough
     assert run.returncode == 0, run.describe()
     assert results_after_each_call(fm.agentic()) == ["cbprobe4\n"] * 2 + [f"Error: {deny_reason(limit=2)}"]
     assert not (PLUGIN.parent / "node_modules").exists()  # pnpm linked the directory, wrote nothing into it
