@@ -207,8 +207,10 @@ def _plan_json(options: Options, path: Path) -> Plan:
                     "at the 5th identical call in a row, before the guard's duplicateLimit; the guard decides instead "
                     "(--keep-loop-detector leaves it on)"
                 )
+        # The backup is the file as it was before cbconsole first touched it: one that already holds a
+        # cbhook hook (setup's, or a hand-made one) is not that.
         pristine = old is not None and not list(cbhook_entries(harness, doc.value))
-        change = Change(path, old, new_text.encode("utf-8"), backup=pristine or backup_bytes is None)
+        change = Change(path, old, new_text.encode("utf-8"), backup=pristine)
     else:
         new_text = doc.bom + doc.text
         for found in reversed(list(cbhook_entries(harness, doc.value))):
@@ -225,12 +227,14 @@ def _plan_json(options: Options, path: Path) -> Plan:
             elif before is not _MISSING and now != before:
                 new_text = after.set(("model", "disableLoopDetection"), before)
         if harness == "cursor" and _get(backup_value, ("version",)) is _MISSING:
-            after = Document(new_text)
-            if "hooks" not in after.value and "version" in after.value:
+            after = Document(new_text)  # setup added `version` if the file had none (or setup created it)
+            if "version" in after.value and (backup_value is not _MISSING or "hooks" not in after.value):
                 new_text = after.delete(("version",))
         result = Document(new_text, comments=doc.comments).value
-        change = Change(path, old, new_text.encode("utf-8"))
-        if backup_bytes is not None and backup_value is not _MISSING and result == backup_value:
+        change = Change(path, old, new_text.encode("utf-8") if old is not None else None)
+        if old is None:
+            pass  # no file: nothing to take out
+        elif backup_bytes is not None and backup_value is not _MISSING and result == backup_value:
             change.new, change.drop_backup = backup_bytes, True
         elif backup_bytes is None and result == {} and old is not None:
             change.new = None  # setup created it: it goes
@@ -264,7 +268,7 @@ def _plan_codex(options: Options) -> Plan:
     drop = {codex.hook_key(key_path, f.event, f.group, f.handler or 0) for f in cbhook_entries("codex", before)}
     drop -= set(wanted)
     new_config = codex.record_trust(config, config_text, wanted, drop)
-    trust = Change(config, config_old, new_config.encode("utf-8"))
+    trust = Change(config, config_old, new_config.encode("utf-8") if config_old is not None or new_config else None)
     config_backup = read(backup_path(config))
     if options.remove:
         if config_backup is not None and _toml_equal(new_config, decode(config, config_backup)):
@@ -273,7 +277,7 @@ def _plan_codex(options: Options) -> Plan:
             trust.new = None  # setup created it: it goes
     else:
         pristine = not (set(wanted) | drop).intersection(codex.trusted(config, config_text))
-        trust.backup = config_old is not None and (config_backup is None or pristine)
+        trust.backup = config_old is not None and pristine
         if wanted:
             plan.notes.append(
                 f"Codex runs a hook only once it is trusted: setup recorded the trust of its {len(wanted)} cbhook "
@@ -310,9 +314,8 @@ def _plan_dsh(options: Options) -> Plan:
     try:
         layer = dsh.read_layer_file(path, text)
     except PatchError as exc:
-        raise SetupError(
-            path, f"{_after_path(str(exc), path)}; dsh refuses to start with it. Nothing was changed"
-        ) from None
+        where = f"line {exc.line}: " if exc.line else ""
+        raise SetupError(path, f"{where}{exc.message}; dsh refuses to start with it. Nothing was changed") from None
     plugin = os.path.join(plugin_dir(), "index.mjs")
     backup = backup_path(path)
     backup_bytes = read(backup)
@@ -377,7 +380,7 @@ def _plan_dsh(options: Options) -> Plan:
         if (add or rows) and len(check.plugin_rows()) != len(rows) + len(add):
             raise SetupError(path, "internal error: the edited text does not hold the plugin row; nothing was changed")
         pristine = old is not None and not layer.plugin_rows()
-        change = Change(path, old, new_text.encode("utf-8"), backup=pristine or backup_bytes is None)
+        change = Change(path, old, new_text.encode("utf-8"), backup=pristine)
     else:
         drop = [i for i, j, row in layer.plugin_rows() if _only_row(layer.entries[i], j)]
         if len(drop) < len(layer.plugin_rows()):
@@ -387,7 +390,9 @@ def _plan_dsh(options: Options) -> Plan:
             drop += [i for i, row in layer.hmr_rows() if layer.entries[i] == dsh.HMR_ROW]
         kept = [e for i, e in enumerate(layer.entries) if i not in drop]
         change = Change(path, old, None)
-        if backup_bytes is not None and backup_entries is not _MISSING and kept == backup_entries:
+        if old is None:
+            pass  # no file: nothing to take out
+        elif backup_bytes is not None and backup_entries is not _MISSING and kept == backup_entries:
             change.new, change.drop_backup = backup_bytes, True
         else:
             removed = layer.without_entries(drop) if drop else layer.text
@@ -405,12 +410,6 @@ def _plan_dsh(options: Options) -> Plan:
 
 def _only_row(entry: Any, j: int) -> bool:
     return isinstance(entry, dict) and set(entry) == {"insert"} and len(entry["insert"]) == 1 and j == 0
-
-
-def _after_path(message: str, path: Path) -> str:
-    """A PatchError's text without the path in front (SetupError puts it there)."""
-    prefix = f"{path}"
-    return message[len(prefix) :].lstrip(":").strip() if message.startswith(prefix) else message
 
 
 # -- the command ----------------------------------------------------------------------------------
