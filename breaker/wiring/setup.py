@@ -19,8 +19,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from breaker.patch import PatchError
-from breaker.wiring import codex, dsh
 from breaker.wiring.files import Change, SetupError, apply, backup_path, check_writable, decode, diff, read
 from breaker.wiring.harnesses import (
     EXTRA_SETTINGS,
@@ -247,6 +245,8 @@ def _plan_json(options: Options, path: Path) -> Plan:
 
 
 def _plan_codex(options: Options) -> Plan:
+    from breaker.wiring import codex  # tomllib: only Codex needs it
+
     places = options.places
     hooks_json = places.settings_file("codex", options.project)
     plan = _plan_json(options, hooks_json)
@@ -306,6 +306,8 @@ def _toml_equal(a: str | None, b: str | None) -> bool:
 
 def _plan_dsh(options: Options) -> Plan:
     from breaker.hook import plugin_dir
+    from breaker.patch import PatchError
+    from breaker.wiring import dsh  # the patch layer's reader (PyYAML, the config schema): only dsh needs it
 
     places = options.places
     path = places.dsh_layer(options.profile)
