@@ -67,7 +67,7 @@ After a call it reports a digest of the call's result, and never blocks.
   --fail-closed      deny when the guard cannot be asked (default: allow, one line on stderr)
   --harness NAME     skip detection: claude-code, codex, gemini-cli, cursor or dsh
                      (claude and gemini are accepted too)
-  --dsh-plugin-path  print the directory of the dsh plugin (for `dsh plugin --profile web add`)
+  --dsh-plugin-path  print the directory of the dsh plugin (`cbconsole setup dsh` loads it from there)
 """
 
 DEFAULT_TIMEOUT = 1.0  # seconds; a harness waits for the hook, and the guard answers in well under 1 ms

@@ -34,7 +34,7 @@ from breaker.wiring.harnesses import (
 )
 from breaker.wiring.jsontext import Document, JsonTextError
 
-__all__ = ["Options", "Plan", "cbhook_entries", "main", "plan"]
+__all__ = ["Found", "Options", "Plan", "cbhook_entries", "main", "plan"]
 
 _MISSING = object()
 
@@ -465,6 +465,10 @@ def main(argv: list[str]) -> int:
         return fail("dsh has no project settings: use --profile NAME for one profile, or nothing for all of them")
     if harness != "dsh" and args.profile:
         return fail("--profile is for dsh only")
+    if args.profile is not None and (
+        not args.profile or "/" in args.profile or "\\" in args.profile or args.profile in (".", "..", "node_modules")
+    ):
+        return fail(f"--profile {args.profile!r}: not a dsh profile name (dsh refuses it too)")
     if args.cbhook:
         cbhook = Path(os.path.abspath(Path(args.cbhook).expanduser()))
         if not (cbhook.is_file() and os.access(cbhook, os.X_OK)):
