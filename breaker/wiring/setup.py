@@ -205,6 +205,10 @@ def _plan_json(options: Options, path: Path) -> Plan:
                     "at the 5th identical call in a row, before the guard's duplicateLimit; the guard decides instead "
                     "(--keep-loop-detector leaves it on)"
                 )
+        if harness == "gemini" and options.project is not None:
+            plan.notes.append(
+                f"Gemini CLI runs a project's hooks only in a trusted folder: trust {options.project} when it asks"
+            )
         # The backup is the file as it was before cbconsole first touched it: one that already holds a
         # cbhook hook (setup's, or a hand-made one) is not that.
         pristine = old is not None and not list(cbhook_entries(harness, doc.value))
