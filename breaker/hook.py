@@ -67,7 +67,7 @@ After a call it reports a digest of the call's result, and never blocks.
   --fail-closed      deny when the guard cannot be asked (default: allow, one line on stderr)
   --harness NAME     skip detection: claude-code, codex, gemini-cli, cursor or dsh
                      (claude and gemini are accepted too)
-  --dsh-plugin-path  print the directory of the dsh plugin (for `dsh plugin --profile web add`)
+  --dsh-plugin-path  print the directory of the dsh plugin (`cbconsole setup dsh` loads it from there)
 """
 
 DEFAULT_TIMEOUT = 1.0  # seconds; a harness waits for the hook, and the guard answers in well under 1 ms
@@ -361,6 +361,11 @@ def answer(harness: str, event_name: Any, reason: str, *, stop: bool = False) ->
     the call run, so the deny goes with it)."""
     if harness == "gemini-cli":
         return {"decision": "deny", "reason": reason}
+    if harness == "codex":
+        # Codex 0.171.0 shows the model "Command blocked by PreToolUse hook: <reason>. Command: <cmd>": it adds
+        # the period itself, so one the reason ends with would read "stuck.. Command:".
+        reason = reason.rstrip()
+        reason = reason[:-1] if reason.endswith(".") and not reason.endswith("..") else reason
     if harness == "cursor":
         return {"permission": "deny", "user_message": reason, "agent_message": reason}
     out: dict[str, Any] = {

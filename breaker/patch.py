@@ -42,6 +42,7 @@ __all__ = [
     "Tagged",
     "clean_stale_temps",
     "load",
+    "parse_entries",
     "read_layer",
     "read_text",
     "write_config",
@@ -391,6 +392,18 @@ def _construct(path: Path, node: Node) -> Any:
         raise PatchError(path, f"row {ROW_ID}: {_short(str(exc))}", node.start_mark.line + 1) from None
     finally:
         loader.dispose()
+
+
+def parse_entries(path: str | os.PathLike[str], text: str) -> tuple[SequenceNode | None, list[Any]]:
+    """A layer file's top-level list, for edits of other rows than ours (`cbconsole setup dsh`): its YAML
+    node, whose marks say where each entry's text is (None for an empty file), and each entry's value
+    (values under tags kept as Tagged). PatchError, as `read_layer` raises, for a file dsh would refuse."""
+    p = Path(path)
+    parsed = _parse(p, text)
+    if parsed.root is None:
+        return None, []
+    assert isinstance(parsed.root, SequenceNode)  # _parse refuses any other top level
+    return parsed.root, [_construct(p, entry) for entry in parsed.root.value]
 
 
 def read_layer(path: str | os.PathLike[str]) -> list[RowRef]:

@@ -19,6 +19,8 @@ def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="cbconsole",
         description="A circuit breaker for AI-agent tool calls, with a live operator console.",
+        epilog="Also: `cbconsole setup HARNESS` wires a harness (claude-code, codex, gemini, dsh, cursor) to the "
+        "guard, and `cbconsole doctor` checks that every installed harness is guarded (each has --help).",
     )
     p.add_argument("--headless", action="store_true", help="run the guard server alone (no console), logging to stderr")
     p.add_argument(
@@ -117,13 +119,19 @@ def _members(specs: list[str], socket_path: Path, operator_socket: Path | None) 
 
 
 def main(argv: list[str] | None = None) -> int:
-    raw = argv if argv is not None else sys.argv[1:]
+    raw = sys.argv[1:] if argv is None else argv
+    if raw and raw[0] in ("setup", "doctor"):
+        # `cbconsole setup`/`doctor` wire the harnesses and check them: the guard side's own commands, run
+        # from the user's shell (no socket reaches them), with no console code and no guard needed.
+        from breaker.wiring import cli
+
+        return cli.main(raw)
     if "--headless" in raw:  # the guard's own parser takes every flag (--metrics, --otel, ...) and its --help
         from breaker.headless import main as headless
 
         return headless(_headless_args(raw))
     p = parser()
-    args = p.parse_args(argv)
+    args = p.parse_args(raw)
     socket_path = Path(args.socket).expanduser() if args.socket else default_socket_path()
     if args.demo and (args.attach or args.replay):
         print(

@@ -256,6 +256,13 @@ def test_codex_gets_the_claude_deny_and_never_an_unknown_field():
     assert answer("codex", "PreToolUse", "R", stop=True) == answer("claude-code", "PreToolUse", "R")
 
 
+def test_codex_deny_reason_loses_its_final_period_because_codex_adds_one_after_it():
+    reason = answer("codex", "PreToolUse", "Stop repeating it, or report that you are stuck.")
+    assert reason["hookSpecificOutput"]["permissionDecisionReason"] == "Stop repeating it, or report that you are stuck"
+    assert answer("codex", "PreToolUse", "Wait...")["hookSpecificOutput"]["permissionDecisionReason"] == "Wait..."
+    assert answer("claude-code", "PreToolUse", "Stop.")["hookSpecificOutput"]["permissionDecisionReason"] == "Stop."
+
+
 def test_gemini_and_cursor_denies_are_their_own():
     assert answer("gemini-cli", "BeforeTool", "R") == {"decision": "deny", "reason": "R"}
     assert answer("cursor", "beforeShellExecution", "R") == {

@@ -416,6 +416,20 @@ export class GuardConnection {
     }
   }
 
+  /** Tell the guard these agents are gone, on the open connection, and close it once the frames are out:
+   * for dsh shutting down, which leaves no time for replies (nor for a new connection). */
+  endAll(agents) {
+    const socket = this.socket
+    if (socket === null || this.closed || agents.length === 0) return
+    try {
+      for (const agent of agents) socket.write(encode('agent_end', ++this.ids, { agent }))
+      this.socket = null // so close() below does not destroy it before the writes are flushed
+      socket.end()
+    } catch {
+      // a socket that broke meanwhile: the guard forgets idle agents by itself (maxAgents)
+    }
+  }
+
   close() {
     this.closed = true
     this.drop(new Error('the plugin is unloading'))

@@ -12,7 +12,8 @@
 //
 // The operator's interrupt (pushed by the guard on this connection) cancels the agent:
 // `agent.cancel({kind: 'hook', reason})` ends its turn, and every later call of it is denied
-// (kind "interrupted"). When dsh disposes an agent, the guard is told to forget it.
+// (kind "interrupted"). When dsh disposes an agent, the guard is told to forget it, and when dsh shuts
+// down, every agent it ran (a headless root is never disposed before the process exits).
 //
 // Guard unavailable, or a socket that is not ours (another user's, or in a directory others can
 // write to: never connected to, see guard.mjs): fail open (configurable: failClosed), one log line
@@ -58,6 +59,19 @@ function warningMessage(text, tool) {
     content: Object.freeze([Object.freeze({ type: 'text', text })]),
     source: Object.freeze({ kind: 'plugin', plugin: name, form: 'notice', summary: `circuit breaker warning: ${tool}` }),
   })
+}
+
+// cordis's FiberState: UNLOADING (5) and DISPOSED (4) are a context on its way out; ACTIVE is 2.
+const FIBER_DISPOSED = 4
+const FIBER_UNLOADING = 5
+
+function shuttingDown(ctx) {
+  try {
+    const state = ctx.root?.fiber?.state
+    return state === FIBER_UNLOADING || state === FIBER_DISPOSED
+  } catch {
+    return false
+  }
 }
 
 function cancelReason(reason) {
@@ -192,7 +206,13 @@ export function apply(ctx, config) {
     }
   })
 
-  const close = () => guard.close()
+  const close = () => {
+    // dsh is shutting down (the root context unloads: not a reload of this row, during which the root stays
+    // active): every agent it runs ends with it. A headless dsh exits without disposing its root agent (no
+    // `agent/disposed`), so the guard is told here, or it would keep the finished agent until maxAgents.
+    if (shuttingDown(ctx)) guard.endAll([...agents.keys()])
+    guard.close()
+  }
   if (typeof ctx.effect === 'function') ctx.effect(() => close, 'circuit-breaker: close the guard connection')
   else ctx.on('dispose', close)
 }

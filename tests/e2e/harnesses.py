@@ -23,11 +23,13 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from breaker.wiring.harnesses import NPM_PACKAGES, PROVEN  # the one list of the versions these tests prove
+
 ROOT = Path(__file__).resolve().parents[2]
 CACHE = Path(os.environ.get("CB_E2E_CACHE") or ROOT / ".cache")
 
 NODE_VERSION = "22.23.5"  # dsh needs >= 22.19 (zstd, module.stripTypeScriptTypes); the system node is 20
-DSH_VERSION = "0.1.0-rc.8"  # the newest tag, 0.1.5-rc.2, does not resolve from the registry
+DSH_VERSION = PROVEN["dsh"][-1]  # 0.1.0-rc.8: the newest tag, 0.1.5-rc.2, does not resolve from the registry
 DSH_PEERS = [  # internal peers that `npm install @deepseek-ai/dsh` leaves unmet
     "dsh-invariants", "dsh-scope", "dsh-fs", "dsh-atomic-write", "dsh-shell", "dsh-bash-local",
     "dsh-sandbox", "dsh-compaction", "dsh-workflow", "dsh-code-runtime", "dsh-timeout",
@@ -38,9 +40,9 @@ DSH_EXTRA = {
     "@deepseek-ai/cordis-plugin-group": "^1.0.1",
     "@deepseek-ai/cordis-plugin-hmr": "1.0.16",  # 1.0.19 fails: `hmr.registerConfig is not a function`
 }
-CLAUDE_VERSION = "2.1.332"
-CODEX_VERSION = "0.171.0"
-GEMINI_VERSION = "0.61.0"
+CLAUDE_VERSION = PROVEN["claude-code"][-1]
+CODEX_VERSION = PROVEN["codex"][-1]
+GEMINI_VERSION = PROVEN["gemini"][-1]
 
 NPM_TIMEOUT = 900  # seconds for one `npm install`; a cold dsh install takes about 40 s here
 
@@ -295,7 +297,7 @@ def _ensure_npm_harness(
 
 def ensure_dsh() -> Harness:
     """DeepSeek Harness with the internal peers it leaves unmet and the HMR plugin pinned."""
-    packages = {"@deepseek-ai/dsh": DSH_VERSION}
+    packages = {NPM_PACKAGES["dsh"]: DSH_VERSION}
     packages.update({f"@deepseek-ai/{p}": DSH_VERSION for p in DSH_PEERS})
     packages.update(DSH_EXTRA)
     return _ensure_npm_harness("dsh", packages, "dsh", ["--version"], DSH_VERSION, ["--legacy-peer-deps"])
@@ -304,17 +306,17 @@ def ensure_dsh() -> Harness:
 def ensure_claude() -> Harness:
     """Claude Code (the npm package ships the native binary for linux-x64 as an optional dependency)."""
     return _ensure_npm_harness(
-        "claude", {"@anthropic-ai/claude-code": CLAUDE_VERSION}, "claude", ["--version"], CLAUDE_VERSION
+        "claude", {NPM_PACKAGES["claude-code"]: CLAUDE_VERSION}, "claude", ["--version"], CLAUDE_VERSION
     )
 
 
 def ensure_codex() -> Harness:
-    return _ensure_npm_harness("codex", {"@openai/codex": CODEX_VERSION}, "codex", ["--version"], CODEX_VERSION)
+    return _ensure_npm_harness("codex", {NPM_PACKAGES["codex"]: CODEX_VERSION}, "codex", ["--version"], CODEX_VERSION)
 
 
 def ensure_gemini() -> Harness:
     return _ensure_npm_harness(
-        "gemini", {"@google/gemini-cli": GEMINI_VERSION}, "gemini", ["--version"], GEMINI_VERSION
+        "gemini", {NPM_PACKAGES["gemini"]: GEMINI_VERSION}, "gemini", ["--version"], GEMINI_VERSION
     )
 
 

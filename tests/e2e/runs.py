@@ -23,11 +23,41 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .docs import setup_line
 from .fakemodel import FakeModel
 from .harnesses import Harness
 
 TASK = "Run `echo cbprobe4` ten times, one tool call each time."
 RUN_TIMEOUT = 120.0  # seconds for one harness run; a run here takes 1-6 s
+CBCONSOLE = Path(sys.executable).with_name("cbconsole")
+
+
+@dataclass(frozen=True)
+class Setup:
+    """Configure a run with `cbconsole setup` in its scratch home instead of writing settings here: the
+    command line docs/harnesses.md gives for the harness, plus `--home`, `--socket` and `extra`."""
+
+    argv: tuple[str, ...]
+    socket: Path | None = None
+    extra: tuple[str, ...] = ()
+
+    @classmethod
+    def from_docs(cls, harness: str, socket: Path | None = None, *extra: str) -> Setup:
+        return cls(tuple(setup_line(harness)), socket, extra)
+
+
+def run_setup(setup: Setup, home: Path, env: dict[str, str]) -> str:
+    """Run the setup command (the venv's cbconsole) for a scratch home; its output. Fails loudly."""
+    assert setup.argv[:2] == ("cbconsole", "setup"), setup.argv
+    argv = [str(CBCONSOLE), *setup.argv[1:], "--home", str(home)]
+    if setup.socket is not None:
+        argv += ["--socket", str(setup.socket)]
+    argv += list(setup.extra)
+    proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+    if proc.returncode != 0:
+        raise AssertionError(f"`{' '.join(argv)}` exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}")
+    return proc.stdout
+
 
 # --- the stand-in guards -------------------------------------------------------------------------
 
@@ -147,6 +177,7 @@ class Run:
     fake: FakeModel
     log_path: Path
     paths: dict[str, Path] = field(default_factory=dict)
+    setup_output: str = ""  # what `cbconsole setup` printed, when the run was configured by it
 
     def records(self, event: str | None = None) -> list[dict[str, Any]]:
         """The stand-in guard's log (hook stdin JSON, or the dsh plugin's records), oldest first."""
@@ -306,18 +337,24 @@ def run_dsh_with(
     env: dict[str, str] | None = None,
     log: Path | None = None,
     overlay: str = "overlay.yml",
+    setup: Setup | None = None,
+    hmr: bool = True,
 ) -> Run:
     """`dsh --profile PROFILE --patch hmr.yml [--patch FILE]... [--patch overlay.yml] TASK`: the overlay
     holds `rows` (e.g. a plugin's insert row); `patches` are more layer files, in order; `env` adds
-    to the run's environment (DSH_HOME stays the scratch one)."""
+    to the run's environment (DSH_HOME stays the scratch one). With `setup`, `cbconsole setup dsh`
+    writes the plugin's and the hmr row into `$DSH_HOME/cordis.patch.yml` first, and no hmr.yml is
+    given (nor with `hmr=False`: a layer of the test's holds the row)."""
     dirs = _scratch(scratch)
     dsh_home = scratch / "dsh-home"
     dsh_home.mkdir(exist_ok=True)
     # The HMR row: without it every profile run fails with "user patch-layer watching requires the
     # Cordis HMR service". Patch files are YAML; JSON is YAML, so no YAML writer is needed.
-    hmr = scratch / "hmr.yml"
-    hmr.write_text(json.dumps([{"id": "hmr", "disabled": False, "config": {"root": []}}], indent=1) + "\n")
+    hmr_file = scratch / "hmr.yml"
+    hmr_file.write_text(json.dumps([{"id": "hmr", "disabled": False, "config": {"root": []}}], indent=1) + "\n")
     rows = list(rows or [])
+    home_env = {**_home_env(dirs), "DSH_HOME": str(dsh_home)}
+    setup_output = run_setup(setup, dirs["home"], harness.env(home_env)) if setup is not None else ""
     if compression is not None:
         # A later row's `config` replaces the bundle's whole, so `root` (a !!js in the bundle) is restated.
         rows.append(
@@ -326,7 +363,8 @@ def run_dsh_with(
                 "config": {"root": str(dsh_home / "sessions"), "compression": compression},
             }
         )
-    argv = [str(harness.exe), "--profile", profile, "--patch", str(hmr)]
+    with_hmr = hmr and setup is None
+    argv = [str(harness.exe), "--profile", profile] + (["--patch", str(hmr_file)] if with_hmr else [])
     for patch in patches:
         argv += ["--patch", str(patch)]
     if rows:
@@ -334,15 +372,7 @@ def run_dsh_with(
         overlay_path.write_text(json.dumps(rows, indent=1) + "\n")
         argv += ["--patch", str(overlay_path)]
     argv.append(task)
-    run_env = harness.env(
-        {
-            **_home_env(dirs),
-            "DSH_HOME": str(dsh_home),
-            "DEEPSEEK_BASE_URL": fake.url,
-            "DEEPSEEK_API_KEY": "dummy",
-            **(env or {}),
-        }
-    )
+    run_env = harness.env({**home_env, "DEEPSEEK_BASE_URL": fake.url, "DEEPSEEK_API_KEY": "dummy", **(env or {})})
     code, out, err, secs = run_process(argv, env=run_env, cwd=dirs["work"], out_dir=scratch, timeout=timeout)
     return Run(
         "dsh",
@@ -356,6 +386,7 @@ def run_dsh_with(
         fake,
         log or scratch / "standin.jsonl",
         {"dsh_home": dsh_home, "sessions": dsh_home / "sessions"},
+        setup_output,
     )
 
 
@@ -390,33 +421,27 @@ def run_claude(
     task: str = TASK,
     timeout: float = RUN_TIMEOUT,
     hooks: dict[str, Any] | None = None,
+    setup: Setup | None = None,
 ) -> Run:
     """`claude -p TASK --settings hooks.json` with the stand-in on PreToolUse and the lifecycle hooks,
-    or with `hooks` (a settings file's "hooks" value) instead of the stand-in."""
+    or with `hooks` (a settings file's "hooks" value) instead of the stand-in; or, with `setup`,
+    `claude -p TASK` after `cbconsole setup claude-code` wrote the user's ~/.claude/settings.json."""
     dirs = _scratch(scratch)
     log = scratch / "standin.jsonl"
-    if hooks is None:
+    setup_output = run_setup(setup, dirs["home"], harness.env(_home_env(dirs))) if setup is not None else ""
+    if hooks is None and setup is None:
         command, log = _write_hook(scratch, fmt=fmt, deny_at=deny_at, only_subagents=only_subagents, reason=reason)
         hook = {"type": "command", "command": command, "timeout": 30}
         hooks = {
             "PreToolUse": [{"matcher": "*", "hooks": [hook]}],
             **{event: [{"hooks": [hook]}] for event in ("SubagentStart", "SubagentStop", "Stop", "SessionEnd")},
         }
-    settings = {"hooks": hooks}
     settings_path = scratch / "claude-settings.json"
-    settings_path.write_text(json.dumps(settings, indent=1))
-    argv = [
-        str(harness.exe),
-        "-p",
-        task,
-        "--output-format",
-        "stream-json",
-        "--verbose",
-        "--settings",
-        str(settings_path),
-        "--allowedTools",
-        "Bash",
-    ]
+    argv = [str(harness.exe), "-p", task, "--output-format", "stream-json", "--verbose"]
+    if setup is None:
+        settings_path.write_text(json.dumps({"hooks": hooks}, indent=1))
+        argv += ["--settings", str(settings_path)]
+    argv += ["--allowedTools", "Bash"]
     env = harness.env(
         {
             **_home_env(dirs),
@@ -438,6 +463,7 @@ def run_claude(
         fake,
         log,
         {"projects": dirs["home"] / ".claude" / "projects"},
+        setup_output,
     )
 
 
@@ -465,14 +491,17 @@ def run_codex(
     task: str = TASK,
     timeout: float = RUN_TIMEOUT,
     hooks: dict[str, Any] | None = None,
+    setup: Setup | None = None,
+    bypass_trust: bool = True,
 ) -> Run:
     """`codex exec --json --dangerously-bypass-hook-trust TASK` with `$CODEX_HOME/hooks.json` (the
-    stand-in's, or `hooks` as that file's "hooks" value)."""
+    stand-in's, or `hooks` as that file's "hooks" value); or, with `setup`, `codex exec --json TASK`
+    (hooks run only if trusted) after `cbconsole setup codex` wrote hooks.json and the trust."""
     dirs = _scratch(scratch)
     codex_home = scratch / "codex-home"
     codex_home.mkdir(exist_ok=True)
     log = scratch / "standin.jsonl"
-    if hooks is None:
+    if hooks is None and setup is None:
         command, log = _write_hook(scratch, fmt=fmt, deny_at=deny_at, reason=reason)
         hook = {"type": "command", "command": command, "timeout": 30}
         hooks = {
@@ -480,20 +509,18 @@ def run_codex(
             "SessionStart": [{"hooks": [hook]}],
             "Stop": [{"hooks": [hook]}],
         }
-    (codex_home / "hooks.json").write_text(json.dumps({"hooks": hooks}, indent=1))
+    if setup is None:
+        (codex_home / "hooks.json").write_text(json.dumps({"hooks": hooks}, indent=1))
     (codex_home / "config.toml").write_text(
         'model = "fake-model"\nmodel_provider = "fake"\napproval_policy = "never"\n'
         'sandbox_mode = "danger-full-access"\n\n[model_providers.fake]\nname = "fake"\n'
         f'base_url = "{fake.url}/v1"\nwire_api = "responses"\nenv_key = "CB_FAKE_MODEL_KEY"\n'
     )
-    argv = [str(harness.exe), "exec", "--json", "--skip-git-repo-check", "--dangerously-bypass-hook-trust", task]
-    env = harness.env(
-        {
-            **_home_env(dirs),
-            "CODEX_HOME": str(codex_home),
-            "CB_FAKE_MODEL_KEY": "dummy",
-        }
-    )
+    home_env = {**_home_env(dirs), "CODEX_HOME": str(codex_home)}
+    setup_output = run_setup(setup, dirs["home"], harness.env(home_env)) if setup is not None else ""
+    trust = ["--dangerously-bypass-hook-trust"] if bypass_trust and setup is None else []
+    argv = [str(harness.exe), "exec", "--json", "--skip-git-repo-check", *trust, task]
+    env = harness.env({**home_env, "CB_FAKE_MODEL_KEY": "dummy"})
     code, out, err, secs = run_process(argv, env=env, cwd=dirs["work"], out_dir=scratch, timeout=timeout)
     return Run(
         "codex",
@@ -507,6 +534,7 @@ def run_codex(
         fake,
         log,
         {"codex_home": codex_home, "sessions": codex_home / "sessions"},
+        setup_output,
     )
 
 
@@ -524,12 +552,14 @@ def run_gemini(
     task: str = TASK,
     timeout: float = RUN_TIMEOUT,
     hooks: dict[str, Any] | None = None,
+    setup: Setup | None = None,
 ) -> Run:
     """`gemini -p TASK --yolo` with `~/.gemini/settings.json` hooks (timeouts in ms): the stand-in's,
-    or `hooks` as the settings' "hooks" value."""
+    or `hooks` as the settings' "hooks" value; or, with `setup`, those `cbconsole setup gemini` merges
+    into the settings (auth and privacy) written here first."""
     dirs = _scratch(scratch)
     log = scratch / "standin.jsonl"
-    if hooks is None:
+    if hooks is None and setup is None:
         command, log = _write_hook(scratch, fmt=fmt, deny_at=deny_at, reason=reason)
         hook = {"type": "command", "command": command, "timeout": 30000}
         hooks = {
@@ -537,14 +567,16 @@ def run_gemini(
             "AfterAgent": [{"hooks": [hook]}],
             "SessionEnd": [{"hooks": [hook]}],
         }
-    settings = {
+    settings: dict[str, Any] = {
         "security": {"auth": {"selectedType": "gemini-api-key"}},
         "privacy": {"usageStatisticsEnabled": False},  # no usage pings to Google from a test
-        "hooks": hooks,
     }
+    if setup is None:
+        settings["hooks"] = hooks
     gemini_dir = dirs["home"] / ".gemini"
     gemini_dir.mkdir(exist_ok=True)
     (gemini_dir / "settings.json").write_text(json.dumps(settings, indent=1))
+    setup_output = run_setup(setup, dirs["home"], harness.env(_home_env(dirs))) if setup is not None else ""
     argv = [str(harness.exe), "-p", task, "--output-format", "stream-json", "--yolo"]
     env = harness.env(
         {
@@ -555,7 +587,9 @@ def run_gemini(
         }
     )
     code, out, err, secs = run_process(argv, env=env, cwd=dirs["work"], out_dir=scratch, timeout=timeout)
-    return Run("gemini", argv, scratch, dirs["work"], code, out, err, secs, fake, log, {"gemini_dir": gemini_dir})
+    return Run(
+        "gemini", argv, scratch, dirs["work"], code, out, err, secs, fake, log, {"gemini_dir": gemini_dir}, setup_output
+    )
 
 
 def wait_until(predicate: Callable[[], bool], timeout: float, step: float = 0.05) -> bool:

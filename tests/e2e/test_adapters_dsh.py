@@ -1,8 +1,12 @@
 """The dsh plugin (breaker/dsh_plugin) in the real dsh 0.1.0-rc.8 against a real guard process.
 
-The seed's story (six `echo cbprobe4` run, the seventh and later are denied, the model reads why, one
-incident line names the agent), a background subagent caught apart from its parent, the operator's
-interrupt cancelling a looping agent, the guard being away, and the install by `dsh plugin add`.
+dsh is wired by the `cbconsole setup dsh` line docs/harnesses.md gives, run in each test's scratch home:
+it writes the plugin's row and the hmr row into `$DSH_HOME/cordis.patch.yml`, and no other layer is
+given to dsh (no `--patch hmr.yml`: setup's own row must be enough). The seed's story (six `echo
+cbprobe4` run, the seventh and later are denied, the model reads why, one incident line names the
+agent, and the guard forgets the root agent when dsh exits), a background subagent caught apart from
+its parent, the operator's interrupt cancelling a looping agent, the guard being away, and the
+install by `dsh plugin add` instead.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ from tests.conftest import GuardProcess, request
 from . import harnesses
 from .fakemodel import FakeModel, ModelRequest, Reply, Text, ToolCall, loop_script
 from .harnesses import Harness, InstallError
-from .runs import dsh_sessions, read_dsh_session, run_dsh_with, run_process, wait_until
+from .runs import Setup, dsh_sessions, read_dsh_session, run_dsh_with, run_process, run_setup, wait_until
 from .scenarios import DSH_SPAWN, dsh_bash, is_child, parent_child_script
 
 pytestmark = pytest.mark.e2e
@@ -44,16 +48,15 @@ def deny_reason(tool: str = "bash", limit: int = 6) -> str:
 
 
 def plugin_guard(guard_factory, tmp_path: Path, **config: Any) -> GuardProcess:  # type: ignore[no-untyped-def]
-    """A guard whose patch layer holds the plugin's insert row; dsh reads the same file (one row
-    configures both sides, as the user's profile layer does)."""
-    g = guard_factory(start=False)
-    row = {
-        "id": "circuit-breaker",
-        "name": str(PLUGIN),
-        "config": {"guardSocket": str(g.socket), "incidentLog": str(tmp_path / "incidents.jsonl"), **config},
-    }
-    g.patch.write_text(json.dumps([{"insert": [row]}], indent=1) + "\n")
-    return g.start()
+    """A guard whose own patch layer configures the row (an incident log, and `config`); dsh is wired to
+    its socket by `setup_dsh(g)`."""
+    values = {"incidentLog": str(tmp_path / "incidents.jsonl"), **config}
+    return guard_factory(patch_text=json.dumps([{"id": "circuit-breaker", "config": values}], indent=1) + "\n")
+
+
+def setup_dsh(socket: Path | None, *extra: str) -> Setup:
+    """`cbconsole setup dsh` as docs/harnesses.md gives it, for the guard at `socket` (None: the default)."""
+    return Setup.from_docs("dsh", socket, *extra)
 
 
 def incidents(tmp_path: Path) -> list[dict[str, Any]]:
@@ -77,13 +80,22 @@ def results_after_each_call(requests: list[ModelRequest]) -> list[str]:
 # --- the seed's story ------------------------------------------------------------------------------
 
 
-def test_dsh_six_echo_calls_run_the_seventh_is_denied_the_model_reads_why_and_one_incident_names_the_agent(
+def test_dsh_after_setup_six_echo_calls_run_the_seventh_is_denied_the_model_reads_why_and_the_root_is_forgotten(
     dsh, guard_factory, tmp_path, timed
 ):
     g = plugin_guard(guard_factory, tmp_path)
-    with FakeModel(loop_script(10)) as fm:  # `echo cbprobe4`, a new `description` each time
-        run = timed(run_dsh_with(dsh, fm, tmp_path / "dsh", patches=[g.patch]))
+    during: dict[str, Any] = {}
+    inner = loop_script(10)  # `echo cbprobe4`, a new `description` each time
+
+    def script(req: ModelRequest) -> Reply:
+        if req.prior_calls == 10 and not during:  # the last turn: what does the guard hold now?
+            during.update(agents(g))
+        return inner(req)
+
+    with FakeModel(script) as fm:
+        run = timed(run_dsh_with(dsh, fm, tmp_path / "dsh", setup=setup_dsh(g.socket)))
     assert run.returncode == 0, run.describe()
+    assert "--patch" not in run.argv  # setup's rows in $DSH_HOME/cordis.patch.yml were all dsh needed
     assert "Done: ran the probe 10 times." in run.stdout
 
     denied = f"Error: {deny_reason()}"
@@ -99,8 +111,10 @@ def test_dsh_six_echo_calls_run_the_seventh_is_denied_the_model_reads_why_and_on
         "limit": 6,
         "agent": agent,
     }
-    seen = agents(g)[agent]
+    seen = during[agent]
     assert (seen["harness"], seen["parent"], seen["calls"], seen["status"]) == ("dsh", None, 6, "duplicate")
+    # dsh never disposes its root agent before a headless run exits; the plugin tells the guard as dsh unloads.
+    assert agent not in agents(g)
     # On disk, dsh recorded the four denials as error results of the calls themselves.
     records = read_dsh_session(run.paths["sessions"].glob(f"*/{agent}/session.jsonl*").__next__())
     errors = [r for r in records if r["type"] == "tool/result" and r["data"]["message"]["content"][0]["isError"]]
@@ -131,7 +145,7 @@ def test_dsh_background_subagent_loop_is_caught_apart_from_its_parent(dsh, guard
         return inner(req)
 
     with FakeModel(script) as fm:
-        run = timed(run_dsh_with(dsh, fm, tmp_path / "dsh", patches=[g.patch]))
+        run = timed(run_dsh_with(dsh, fm, tmp_path / "dsh", setup=setup_dsh(g.socket)))
     assert run.returncode == 0, run.describe()
     assert "parent done" in run.stdout
 
@@ -147,11 +161,11 @@ def test_dsh_background_subagent_loop_is_caught_apart_from_its_parent(dsh, guard
     parent_results = results_after_each_call([r for r in fm.agentic() if not is_child(r)])
     assert [r for r in parent_results if r.startswith("Error")] == [], run.describe()
     assert [(i["agent"], i["kind"]) for i in incidents(tmp_path)] == [(child, "duplicate")]
-    # The guard knew the child's parent while it ran, and forgot the child when dsh disposed it.
+    # The guard knew the child's parent while it ran; it forgot the child when dsh disposed it, and the
+    # root (spawn + 5 echoes) when dsh exited.
     assert seen_during_run[child]["parent"] == root and seen_during_run[child]["calls"] == 6
     assert seen_during_run[root]["parent"] is None
-    now = agents(g)
-    assert child not in now and now[root]["calls"] == 6  # spawn + 5 echoes
+    assert agents(g) == {}
 
 
 # --- the operator's interrupt ---------------------------------------------------------------------
@@ -180,7 +194,7 @@ def test_dsh_operator_interrupt_cancels_a_looping_root_agent_and_its_later_calls
     replies: list = []
     script = with_interrupt(loop_script(50), g, child=False, at_step=3, reason="looping on echo", replies=replies)
     with FakeModel(script) as fm:
-        run = timed(run_dsh_with(dsh, fm, tmp_path / "dsh", patches=[g.patch]))
+        run = timed(run_dsh_with(dsh, fm, tmp_path / "dsh", setup=setup_dsh(g.socket)))
     (agent, reply), *_ = replies
     assert reply == {"id": 9, "ok": True, "notified": 1}  # the plugin's connection was told
     # Headless dsh reports a turn that did not complete: nothing printed, exit 1.
@@ -193,8 +207,10 @@ def test_dsh_operator_interrupt_cancels_a_looping_root_agent_and_its_later_calls
         ("step/start", {"turn": 1, "step": 4}),
         ("step/end", {"turn": 1, "step": 4}),
     ]  # the 4th step was cut short: no answer, no call; headless dsh exits without closing the turn
+    # dsh exited and the plugin told the guard: the agent's counts are gone; the operator's interrupt
+    # outlives it (only the operator lifts one), so it is still listed, as interrupted, with no calls
     view = agents(g)[agent]
-    assert view["calls"] == 3 and view["status"] == "interrupted"
+    assert (view["calls"], view["status"]) == (0, "interrupted")
     later = request(g.socket, {"op": "check", "id": 2, "agent": agent, "tool": "bash", "args": {"command": "ls"}})
     assert (later["decision"], later["kind"]) == ("deny", "interrupted")
 
@@ -230,7 +246,7 @@ def test_dsh_operator_interrupt_during_a_subagents_tool_call_stops_it_and_the_pa
         return parent_call(req.prior_calls)
 
     with FakeModel(script) as fm:
-        run = timed(run_dsh_with(dsh, fm, tmp_path / "dsh", patches=[g.patch]))
+        run = timed(run_dsh_with(dsh, fm, tmp_path / "dsh", setup=setup_dsh(g.socket)))
     (child, reply), *_ = replies
     assert reply["notified"] == 1  # the plugin's connection was told
     assert run.returncode == 0 and "parent done" in run.stdout, run.describe()
@@ -251,16 +267,9 @@ def test_dsh_operator_interrupt_during_a_subagents_tool_call_stops_it_and_the_pa
 # --- the guard away ------------------------------------------------------------------------------
 
 
-def _absent_guard_rows(tmp_path: Path, **config: Any) -> list[dict[str, Any]]:
-    sock = tmp_path / "nobody" / "guard.sock"
-    return [
-        {"insert": [{"id": "circuit-breaker", "name": str(PLUGIN), "config": {"guardSocket": str(sock), **config}}]}
-    ]
-
-
 def test_dsh_guard_unavailable_fails_open_with_one_log_line(dsh, tmp_path, timed):
     with FakeModel(loop_script(4)) as fm:
-        run = timed(run_dsh_with(dsh, fm, tmp_path / "dsh", _absent_guard_rows(tmp_path)))
+        run = timed(run_dsh_with(dsh, fm, tmp_path / "dsh", setup=setup_dsh(tmp_path / "nobody" / "guard.sock")))
     assert run.returncode == 0, run.describe()
     assert results_after_each_call(fm.agentic()) == ["cbprobe4\n"] * 4
     lines = [line for line in (run.stdout + run.stderr).splitlines() if "guard unavailable" in line]
@@ -269,8 +278,9 @@ def test_dsh_guard_unavailable_fails_open_with_one_log_line(dsh, tmp_path, timed
 
 
 def test_dsh_guard_unavailable_with_fail_closed_denies_every_call(dsh, tmp_path, timed):
+    absent = setup_dsh(tmp_path / "nobody" / "guard.sock", "--fail-closed")
     with FakeModel(loop_script(3)) as fm:
-        run = timed(run_dsh_with(dsh, fm, tmp_path / "dsh", _absent_guard_rows(tmp_path, failClosed=True)))
+        run = timed(run_dsh_with(dsh, fm, tmp_path / "dsh", setup=absent))
     assert run.returncode == 0, run.describe()
     results = results_after_each_call(fm.agentic())
     assert len(results) == 3 and all(r.startswith("Error: Circuit breaker unavailable (") for r in results), results
@@ -279,9 +289,9 @@ def test_dsh_guard_unavailable_with_fail_closed_denies_every_call(dsh, tmp_path,
 
 def test_dsh_plugin_finds_the_guard_through_cbconsole_socket(dsh, guard_factory, tmp_path, timed):
     g = guard_factory(patch_text="- id: circuit-breaker\n  config:\n    duplicateLimit: 2\n")
-    rows = [{"insert": [{"id": "circuit-breaker", "name": str(PLUGIN)}]}]  # no config: the defaults
+    env = {"CBCONSOLE_SOCKET": str(g.socket)}  # setup without --socket: the row has no config, the defaults
     with FakeModel(loop_script(3)) as fm:
-        run = timed(run_dsh_with(dsh, fm, tmp_path / "dsh", rows, env={"CBCONSOLE_SOCKET": str(g.socket)}))
+        run = timed(run_dsh_with(dsh, fm, tmp_path / "dsh", setup=setup_dsh(None), env=env))
     assert run.returncode == 0, run.describe()
     assert results_after_each_call(fm.agentic()) == ["cbprobe4\n"] * 2 + [f"Error: {deny_reason(limit=2)}"]
 
@@ -298,7 +308,7 @@ def pnpm() -> Harness:
         pytest.fail(f"could not install pnpm: {e}", pytrace=False)
 
 
-def test_dsh_plugin_add_of_the_path_cbhook_prints_installs_the_bundle_and_its_row(
+def test_dsh_plugin_add_then_setup_on_that_profile_adds_the_hmr_row_and_the_users_appended_row_works(
     dsh, pnpm, guard_factory, tmp_path, timed
 ):
     import subprocess
@@ -321,17 +331,22 @@ def test_dsh_plugin_add_of_the_path_cbhook_prints_installs_the_bundle_and_its_ro
     manifest = json.loads((profile / "package.json").read_text())
     assert manifest["dsh"]["profile"]["bundles"][-1] == "cbconsole-circuit-breaker"
 
-    # The user's own profile layer configures the row; the guard reads the same layer.
+    layer = profile / "cordis.patch.yml"
+    assert layer.read_text().strip().endswith("\n[]")  # what `dsh plugin add` leaves for the user's rows
+
+    # Setup on that profile adds only the hmr row (the bundle inserts the plugin's), as a block list
+    # instead of the `[]`: the user's own row can then simply be appended, as a user would.
+    said = run_setup(setup_dsh(None, "--profile", "headless"), tmp_path, env)
+    assert "already loads the plugin as a bundle" in said and "added the `hmr` row" in said, said
     g = guard_factory(start=False)
-    (profile / "cordis.patch.yml").write_text(
-        f"- id: circuit-breaker\n  config:\n    duplicateLimit: 2\n    guardSocket: {g.socket}\n"
-    )
+    with layer.open("a") as f:
+        f.write(f"- id: circuit-breaker\n  config:\n    duplicateLimit: 2\n    guardSocket: {g.socket}\n")
     g.home = dsh_home
     g.args = ["--profile", "headless"]
     g.start()
-    assert request(g.operator, {"op": "config_get", "id": 1})["config"]["source"] == str(profile / "cordis.patch.yml")
+    assert request(g.operator, {"op": "config_get", "id": 1})["config"]["source"] == str(layer)
     with FakeModel(loop_script(3)) as fm:
-        run = timed(run_dsh_with(dsh, fm, scratch))
+        run = timed(run_dsh_with(dsh, fm, scratch, hmr=False))  # the profile layer's hmr row is enough
     assert run.returncode == 0, run.describe()
     assert results_after_each_call(fm.agentic()) == ["cbprobe4\n"] * 2 + [f"Error: {deny_reason(limit=2)}"]
     assert not (PLUGIN.parent / "node_modules").exists()  # pnpm linked the directory, wrote nothing into it

@@ -28,6 +28,7 @@ from tests.test_paths import HOSTILE, SQUATS, Squatter, expected_refusal, squatt
 
 from . import harnesses
 from .harnesses import InstallError
+from .runs import wait_until
 
 PLUGIN = Path(plugin_dir())
 
@@ -322,6 +323,27 @@ def test_agent_disposed_makes_the_guard_forget_the_agent_and_calls_without_an_ag
     r = run_node(node, tmp_path, body, str(guard.socket))
     assert r["noAgent"] is None
     assert set(views(guard.socket)) == {"stays"}
+
+
+@pytest.mark.parametrize(("root_state", "forgotten"), [(5, True), (2, False)], ids=["dsh-exits", "row-reloaded"])
+def test_when_dsh_shuts_down_the_guard_forgets_every_agent_but_a_reload_of_the_row_keeps_them(
+    node, tmp_path, guard, root_state, forgotten
+):
+    # cordis's FiberState of the root context in the plugin's cleanup: 5 (UNLOADING) when dsh exits (a
+    # headless run disposes no root agent first), 2 (ACTIVE) when only the plugin's row is reloaded.
+    body = f"""
+    const ctx = fakeCtx()
+    ctx.root = {{ fiber: {{ state: {root_state} }} }}
+    apply(ctx, {{ guardSocket: argv[0] }})
+    await call(ctx, agent('session-root'), {{ command: 'ls' }})
+    await call(ctx, agent('child', 'session-root'), {{ command: 'ls' }})
+    ctx.dispose()
+    """  # then the process exits at once, as dsh does: the frames must be out already
+    run_node(node, tmp_path, body, str(guard.socket))
+    operator = default_operator_socket_path(guard.socket)
+    # Once the guard has seen the plugin's connection close, it has read every frame sent on it.
+    assert wait_until(lambda: not request(operator, {"op": "stats", "id": 1})["stats"]["harnesses"], 30)
+    assert set(views(guard.socket)) == (set() if forgotten else {"session-root", "child"})
 
 
 def test_a_hung_guard_costs_one_timeout_then_fails_fast_with_one_log_line(node, tmp_path):

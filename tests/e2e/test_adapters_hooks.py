@@ -1,9 +1,11 @@
 """`cbhook` in the real Claude Code, Codex CLI and Gemini CLI, against a real guard process.
 
-Each harness is wired with the settings docs/harnesses.md gives (only `cbhook` becomes its full path plus
-`--socket`); the fake model keeps asking for the same call, and the tests check what the model reads
-after the guard denies it, how Claude Code subagents are keyed, and that an interrupt stops Claude
-Code through `continue: false`.
+Each harness is wired by the `cbconsole setup …` line docs/harnesses.md gives, run in the test's scratch
+home (plus `--home` and the test guard's `--socket`); the fake model keeps asking for the same call, and
+the tests check that the 7th identical call is denied and what the model reads then, how Claude Code
+subagents are keyed, that an interrupt stops Claude Code through `continue: false`, and the two ways a
+harness of its own can keep the guard from seeing a loop: Codex's hook trust and Gemini CLI's loop
+detector.
 """
 
 from __future__ import annotations
@@ -17,55 +19,37 @@ from typing import Any
 import pytest
 
 from breaker import Config, Guard
+from breaker.wiring.harnesses import settings_snippet
 from tests.conftest import GuardProcess, request
 
-from .fakemodel import FakeModel, ModelRequest, Reply, loop_script
-from .runs import Run, run_claude, run_codex, run_gemini, stream_events
+from .fakemodel import FakeModel, ModelRequest, Reply, ToolCall, loop_script
+from .runs import Run, Setup, run_claude, run_codex, run_gemini, stream_events
 from .scenarios import CLAUDE_SPAWN, claude_bash, is_child, parent_child_script
 
 pytestmark = pytest.mark.e2e
 
 CBHOOK = Path(sys.executable).with_name("cbhook")
+SETUP_NAMES = {"claude": "claude-code", "codex": "codex", "gemini": "gemini"}
 
 
-def settings_hooks(harness: str, command: str) -> dict[str, Any]:
-    """The "hooks" value of each harness's settings, as docs/harnesses.md gives it (`command` = "cbhook";
-    the next test checks the page against this)."""
-    if harness == "claude":
-        hook = {"type": "command", "command": command, "timeout": 10}
-        return {
-            "PreToolUse": [{"matcher": "*", "hooks": [hook]}],
-            "PostToolUse": [{"matcher": "*", "hooks": [hook]}],
-            "PostToolUseFailure": [{"matcher": "*", "hooks": [hook]}],
-            "SubagentStop": [{"hooks": [hook]}],
-            "SessionEnd": [{"hooks": [hook]}],
-        }
-    if harness == "codex":
-        hook = {"type": "command", "command": command, "timeout": 10}
-        return {"PreToolUse": [{"matcher": "*", "hooks": [hook]}], "PostToolUse": [{"matcher": "*", "hooks": [hook]}]}
-    if harness == "gemini":
-        hook = {"type": "command", "command": command, "timeout": 10000}  # milliseconds in Gemini CLI
-        return {
-            "BeforeTool": [{"matcher": ".*", "hooks": [hook]}],
-            "AfterTool": [{"matcher": ".*", "hooks": [hook]}],
-            "SessionEnd": [{"hooks": [hook]}],
-        }
-    raise ValueError(harness)
-
-
-@pytest.mark.parametrize(
-    ("heading", "harness"), [("Claude Code", "claude"), ("Codex CLI", "codex"), ("Gemini CLI", "gemini")]
-)
-def test_the_settings_docs_give_are_those_these_tests_run_the_real_harness_with(heading, harness):
-    page = (Path(__file__).resolve().parents[2] / "docs" / "harnesses.md").read_text()
-    section = page.split(f"\n### {heading} ", 1)[1]
-    snippet = section.split("```json\n", 1)[1].split("```", 1)[0]
-    assert json.loads(snippet)["hooks"] == settings_hooks(harness, "cbhook")
+def setup_for(harness: str, g: GuardProcess, *extra: str) -> Setup:
+    """`cbconsole setup NAME` as docs/harnesses.md gives it, for the test guard's socket."""
+    assert CBHOOK.exists(), f"{CBHOOK} is missing: run `.venv/bin/pip install -e .`"
+    return Setup.from_docs(SETUP_NAMES[harness], g.socket, *extra)
 
 
 def hooks_for(harness: str, g: GuardProcess) -> dict[str, Any]:
-    assert CBHOOK.exists(), f"{CBHOOK} is missing: run `.venv/bin/pip install -e .`"
-    return settings_hooks(harness, f"{CBHOOK} --socket {g.socket}")
+    """The hooks setup writes, as a settings "hooks" value, for a test that must write them itself."""
+    return settings_snippet(SETUP_NAMES[harness], f"{CBHOOK} --socket {g.socket}")["hooks"]
+
+
+def identical(dialect: str, step: int) -> ToolCall:
+    """The same call every time, `description` included: what a harness's own loop detector catches."""
+    if dialect == "responses":
+        return ToolCall("exec_command", {"cmd": "echo cbprobe4"})
+    if dialect == "gemini":
+        return ToolCall("run_shell_command", {"command": "echo cbprobe4", "description": "Run the probe"})
+    return ToolCall("Bash", {"command": "echo cbprobe4", "description": "Run the probe"})
 
 
 def layer(tmp_path: Path, **config: Any) -> str:
@@ -115,8 +99,9 @@ def test_claude_six_calls_run_the_seventh_is_denied_in_claudes_words_and_session
 ):
     g = guard_factory(patch_text=layer(tmp_path))
     with FakeModel(loop_script(10)) as fm:  # Bash `echo cbprobe4`, a new `description` each time
-        run = timed(run_claude(claude, fm, tmp_path / "claude", hooks=hooks_for("claude", g)))
+        run = timed(run_claude(claude, fm, tmp_path / "claude", setup=setup_for("claude", g)))
     assert run.returncode == 0, run.describe()
+    assert "Claude Code now asks the guard" in run.setup_output
     denied = f"PreToolUse:Bash hook error: {deny_reason('Bash')}"
     assert results_after_each_call(fm.agentic()) == ["cbprobe4"] * 6 + [denied] * 4, run.describe()
     session = session_of(run)
@@ -152,7 +137,7 @@ def test_claude_subagent_calls_are_keyed_apart_from_the_main_agent(claude, guard
         return inner(req)
 
     with FakeModel(script) as fm:
-        run = timed(run_claude(claude, fm, tmp_path / "claude", hooks=hooks_for("claude", g)))
+        run = timed(run_claude(claude, fm, tmp_path / "claude", setup=setup_for("claude", g)))
     assert run.returncode == 0, run.describe()
     session = session_of(run)
     (child,) = [a for a in during if a.startswith(f"{session}/")]
@@ -182,7 +167,7 @@ def test_claude_operator_interrupt_stops_the_agent_with_continue_false_and_denie
         return inner(req)
 
     with FakeModel(script) as fm:
-        run = timed(run_claude(claude, fm, tmp_path / "claude", hooks=hooks_for("claude", g)))
+        run = timed(run_claude(claude, fm, tmp_path / "claude", setup=setup_for("claude", g)))
     assert run.returncode == 0, run.describe()
     (agent, _), *_ = replies
     assert len(fm.agentic()) == 4, run.describe()  # no model request after the interrupted call
@@ -202,37 +187,80 @@ def test_claude_operator_interrupt_stops_the_agent_with_continue_false_and_denie
 # --- Codex CLI -----------------------------------------------------------------------------------
 
 
-def test_codex_fourth_identical_call_is_denied_and_the_model_reads_it_in_codexs_words(
+def test_codex_after_setup_six_identical_calls_run_the_seventh_is_denied_without_bypassing_hook_trust(
     codex, guard_factory, tmp_path, timed
 ):
-    g = guard_factory(patch_text=layer(tmp_path, duplicateLimit=3))
-    with FakeModel(loop_script(5)) as fm:
-        run = timed(run_codex(codex, fm, tmp_path / "codex", hooks=hooks_for("codex", g)))
+    g = guard_factory(patch_text=layer(tmp_path))
+    with FakeModel(loop_script(8, identical)) as fm:  # `exec_command {"cmd": "echo cbprobe4"}` every time
+        run = timed(run_codex(codex, fm, tmp_path / "codex", setup=setup_for("codex", g)))
+    assert run.returncode == 0, run.describe()
+    assert "--dangerously-bypass-hook-trust" not in run.argv  # the hooks run because setup recorded their trust
+    results = results_after_each_call(fm.agentic())
+    assert len(results) == 8 and all("cbprobe4" in r for r in results[:6]), run.describe()
+    reason = deny_reason("Bash")
+    assert reason.endswith("stuck.")
+    # Codex puts its own period after the reason: cbhook leaves its off, so the text reads "stuck. Command:".
+    assert results[6:] == [f"Command blocked by PreToolUse hook: {reason} Command: echo cbprobe4"] * 2
+    ((agent, view),) = agents(g).items()
+    assert view["harness"] == "codex" and view["calls"] == 6
+    assert [(i["agent"], i["kind"], i["tool"]) for i in incidents(tmp_path)] == [(agent, "duplicate", "Bash")]
+
+
+def test_codex_exec_silently_skips_hooks_nobody_trusted_so_every_call_runs_unchecked(
+    codex, guard_factory, tmp_path, timed
+):
+    g = guard_factory(patch_text=layer(tmp_path, duplicateLimit=2))
+    with FakeModel(loop_script(4, identical)) as fm:  # the hooks.json the docs gave before setup existed
+        run = timed(run_codex(codex, fm, tmp_path / "codex", hooks=hooks_for("codex", g), bypass_trust=False))
     assert run.returncode == 0, run.describe()
     results = results_after_each_call(fm.agentic())
-    assert len(results) == 5 and all("cbprobe4" in r for r in results[:3]), run.describe()
-    reason = deny_reason("Bash", limit=3)
-    assert results[3:] == [f"Command blocked by PreToolUse hook: {reason}. Command: echo cbprobe4"] * 2
-    ((agent, view),) = agents(g).items()
-    assert view["harness"] == "codex" and view["calls"] == 3
-    assert [(i["agent"], i["kind"], i["tool"]) for i in incidents(tmp_path)] == [(agent, "duplicate", "Bash")]
+    assert len(results) == 4 and all("cbprobe4" in r and "blocked" not in r for r in results), run.describe()
+    assert agents(g) == {} and incidents(tmp_path) == []  # the guard was never asked: no check, no agent
+    assert "hook" not in (run.stdout + run.stderr).lower(), run.describe()  # and Codex said nothing about it
 
 
 # --- Gemini CLI ----------------------------------------------------------------------------------
 
 
-def test_gemini_fourth_identical_call_is_denied_and_the_model_reads_it_in_geminis_words(
+def test_gemini_after_setup_six_identical_calls_run_the_seventh_is_denied_and_its_own_detector_stays_quiet(
     gemini, guard_factory, tmp_path, timed
 ):
-    g = guard_factory(patch_text=layer(tmp_path, duplicateLimit=3))
-    with FakeModel(loop_script(4)) as fm:  # a new `description` each time keeps Gemini's own detector quiet
-        run = timed(run_gemini(gemini, fm, tmp_path / "gemini", hooks=hooks_for("gemini", g)))
+    g = guard_factory(patch_text=layer(tmp_path))
+    with FakeModel(loop_script(8, identical)) as fm:  # the very same call: Gemini CLI's detector would stop it at 5
+        run = timed(run_gemini(gemini, fm, tmp_path / "gemini", setup=setup_for("gemini", g)))
     assert run.returncode == 0, run.describe()
+    assert "model.disableLoopDetection: true" in run.setup_output
+    settings = json.loads((run.paths["gemini_dir"] / "settings.json").read_text())
+    assert settings["security"] == {"auth": {"selectedType": "gemini-api-key"}}  # what was there stays
     results = results_after_each_call(fm.agentic())
-    assert len(results) == 4 and all("cbprobe4" in r for r in results[:3]), run.describe()
-    assert results[3] == f"Tool execution blocked: {deny_reason('run_shell_command', limit=3)}"
+    denied = f"Tool execution blocked: {deny_reason('run_shell_command')}"
+    assert len(results) == 8 and all("cbprobe4" in r for r in results[:6]), run.describe()
+    assert results[6:] == [denied] * 2, run.describe()
+    assert "Loop detected" not in run.stdout
     ((line),) = incidents(tmp_path)
-    assert (line["kind"], line["tool"], line["count"]) == ("duplicate", "run_shell_command", 3)
+    assert (line["kind"], line["tool"], line["count"]) == ("duplicate", "run_shell_command", 6)
     (chat,) = (tmp_path / "gemini" / "home" / ".gemini").glob("tmp/*/chats/session-*.jsonl")
     assert line["agent"] in chat.read_text()  # the session id Gemini CLI itself records
     assert agents(g) == {}  # SessionEnd freed it
+
+
+def test_gemini_left_with_its_own_loop_detector_stops_the_fifth_identical_call_before_the_guard_sees_a_loop(
+    gemini, guard_factory, tmp_path, timed
+):
+    g = guard_factory(patch_text=layer(tmp_path))
+    replies: list[dict[str, Any]] = []
+    inner = loop_script(8, identical)
+
+    def script(req: ModelRequest) -> Reply:
+        if req.prior_calls == 4 and not replies:  # what the guard holds after the 4th call ran
+            replies.extend(agents(g).values())
+        return inner(req)
+
+    with FakeModel(script) as fm:
+        run = timed(run_gemini(gemini, fm, tmp_path / "gemini", setup=setup_for("gemini", g, "--keep-loop-detector")))
+    assert run.returncode == 0, run.describe()
+    assert '"disableLoopDetection"' not in (run.paths["gemini_dir"] / "settings.json").read_text()
+    assert len(results_after_each_call(fm.agentic())) == 4, run.describe()  # the 5th identical call never ran
+    loop = [e for e in stream_events(run) if e.get("type") == "error"]
+    assert loop and loop[0]["message"] == "Loop detected, stopping execution", run.describe()
+    assert [view["calls"] for view in replies] == [4] and incidents(tmp_path) == []  # no trip: the guard saw 4

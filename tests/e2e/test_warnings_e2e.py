@@ -29,8 +29,8 @@ from tests.conftest import GuardProcess, request
 
 from .fakemodel import FakeModel, ModelRequest, Reply, Text, ToolCall, default_call
 from .runs import Run, run_claude, run_codex, run_dsh_with, run_gemini
-from .test_adapters_dsh import plugin_guard
-from .test_adapters_hooks import hooks_for, layer
+from .test_adapters_dsh import plugin_guard, setup_dsh
+from .test_adapters_hooks import layer, setup_for
 
 pytestmark = pytest.mark.e2e
 
@@ -90,13 +90,13 @@ def tally(g: GuardProcess) -> tuple[int, int, dict[str, int]]:
 
 def run_harness(harness: str, fixtures: dict[str, Any], fm: FakeModel, tmp_path: Path, g: GuardProcess) -> Run:
     if harness == "dsh":
-        return run_dsh_with(fixtures["dsh"], fm, tmp_path / "dsh", patches=[g.patch])
+        return run_dsh_with(fixtures["dsh"], fm, tmp_path / "dsh", setup=setup_dsh(g.socket))
     runner = {"claude": run_claude, "codex": run_codex, "gemini": run_gemini}[harness]
-    return runner(fixtures[harness], fm, tmp_path / harness, hooks=hooks_for(harness, g))
+    return runner(fixtures[harness], fm, tmp_path / harness, setup=setup_for(harness, g))
 
 
 def guard_for(harness: str, guard_factory: Any, tmp_path: Path) -> GuardProcess:
-    if harness == "dsh":  # the plugin's row in the layer both dsh and the guard read
+    if harness == "dsh":  # the guard's own layer configures it; `cbconsole setup dsh` wires dsh to it
         return plugin_guard(guard_factory, tmp_path, preset="recommended")
     return guard_factory(patch_text=layer(tmp_path, preset="recommended"))
 

@@ -1,0 +1,194 @@
+"""The files setup changes: reading them safely, refusing what it must not write, backups, diffs and
+atomic writes (`breaker.paths.write_atomic`).
+
+A change is computed whole (every file of it read, parsed, edited and checked) before anything is
+written, so a refusal changes nothing. A file is replaced only if it still holds what it was read as.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import shlex
+import stat
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from breaker.paths import TempFileError, write_atomic
+
+__all__ = ["BACKUP_SUFFIX", "MAX_BYTES", "Change", "SetupError", "apply", "backup_path", "decode", "diff", "read"]
+
+MAX_BYTES = 4 * 1024 * 1024  # settings files are a few KiB
+BACKUP_SUFFIX = ".cbconsole-backup"
+
+
+class SetupError(Exception):
+    """Setup refused: which file, what is wrong with it, what to do. Nothing was changed."""
+
+    def __init__(self, path: Path | str, message: str) -> None:
+        super().__init__(f"{path}: {message}")
+        self.path = str(path)
+        self.message = message
+
+
+def backup_path(path: Path) -> Path:
+    """Where setup keeps a file as it was before cbconsole first changed it: beside it."""
+    return path.with_name(path.name + BACKUP_SUFFIX)
+
+
+def read(path: Path) -> bytes | None:
+    """A settings file's bytes (a symlink followed), None if there is none; SetupError if it cannot be one."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        if os.path.islink(path):
+            raise SetupError(path, f"is a symbolic link to {os.readlink(path)}, which does not exist") from None
+        return None
+    except IsADirectoryError:
+        raise SetupError(path, "is a directory, not a settings file") from None
+    except OSError as exc:
+        raise SetupError(path, f"cannot be read: {exc.strerror or exc}") from None
+    try:
+        info = os.fstat(fd)
+        if stat.S_ISDIR(info.st_mode):
+            raise SetupError(path, "is a directory, not a settings file")
+        if not stat.S_ISREG(info.st_mode):
+            raise SetupError(path, "is not a regular file (a FIFO, socket or device?)")
+        with open(fd, "rb", closefd=False) as f:
+            data = f.read(MAX_BYTES + 1)
+    except OSError as exc:
+        raise SetupError(path, f"cannot be read: {exc.strerror or exc}") from None
+    finally:
+        os.close(fd)
+    if len(data) > MAX_BYTES:
+        raise SetupError(path, f"is larger than {MAX_BYTES // (1024 * 1024)} MiB; that is not a settings file")
+    return data
+
+
+def decode(path: Path, data: bytes | None) -> str | None:
+    if data is None:
+        return None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data[: exc.start].count(b"\n") + 1
+        raise SetupError(path, f"line {line}: is not UTF-8 text (byte {exc.start})") from None
+
+
+@dataclass
+class Change:
+    """One file's new content: `new` None deletes it. `backup` keeps `old` beside it first (the file as
+    it was before cbconsole changed it); `drop_backup` removes that backup (a remove that restored it)."""
+
+    path: Path
+    old: bytes | None
+    new: bytes | None
+    backup: bool = False
+    drop_backup: bool = False
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def changed(self) -> bool:
+        return self.old != self.new
+
+    @property
+    def target(self) -> Path:
+        """What is written: the file a symbolic link points to."""
+        return Path(os.path.realpath(self.path))
+
+
+def diff(change: Change) -> str:
+    """A unified diff of the change (`/dev/null` for a file created or deleted)."""
+
+    def lines(data: bytes | None) -> list[str]:
+        if data is None:
+            return []
+        out = data.decode("utf-8", "replace").splitlines(keepends=True)
+        if out and not out[-1].endswith(("\n", "\r")):
+            out[-1] += "\n\\ No newline at end of file\n"
+        return out
+
+    before = str(change.path) if change.old is not None else "/dev/null"
+    after = str(change.path) if change.new is not None else "/dev/null"
+    return "".join(difflib.unified_diff(lines(change.old), lines(change.new), before, after))
+
+
+def check_writable(change: Change) -> None:
+    """Refuse a change that writing by rename would get wrong, naming the file and the way out."""
+    target = change.target
+    if change.old is None:
+        parent = target.parent
+        while not parent.exists():
+            parent = parent.parent
+        if not os.access(parent, os.W_OK | os.X_OK):
+            raise SetupError(change.path, f"cannot be created: {parent} is not writable by you")
+        return
+    info = os.stat(target)
+    mode = stat.S_IMODE(info.st_mode)
+    quoted = shlex.quote(str(target))
+    if info.st_uid != os.geteuid():
+        who = "the file it points to" if os.path.islink(change.path) else "it"
+        raise SetupError(
+            change.path,
+            f"{who} belongs to another user (uid {info.st_uid}), so setup will not replace it; set up the harness "
+            "as that user, or point your settings at a file of your own",
+        )
+    if not mode & stat.S_IWUSR:
+        raise SetupError(
+            change.path, f"is read-only (mode {mode:04o}); make it writable (chmod u+w {quoted}) and run again"
+        )
+    if info.st_nlink > 1:
+        raise SetupError(
+            change.path,
+            f"has {info.st_nlink} hard links: replacing it would leave the other names with the old text. Make them "
+            f"symbolic links (ln -sf {quoted} OTHER-NAME), which setup follows",
+        )
+    if not os.access(target.parent, os.W_OK | os.X_OK):
+        raise SetupError(change.path, f"cannot be replaced: its directory {target.parent} is not writable by you")
+
+
+def apply(change: Change) -> list[str]:
+    """Write one change; what was done, in plain words."""
+    done: list[str] = []
+    target = change.target
+    try:
+        mode = stat.S_IMODE(os.stat(target).st_mode)
+    except FileNotFoundError:
+        mode = 0o644
+    if change.backup and change.old is not None:
+        backup = backup_path(change.path)
+        _write(backup, change.old, mode, None)
+        done.append(f"kept the file as it was in {backup}")
+
+    def unchanged() -> None:
+        now = read(target) if target.exists() else None
+        if now != change.old:
+            raise SetupError(
+                change.path, "changed on disk while setup was writing it; nothing was written, run setup again"
+            )
+
+    if change.new is None:
+        unchanged()
+        os.unlink(target)
+        done.append(f"removed {change.path} (cbconsole had created it)")
+    else:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        _write(target, change.new, mode, unchanged)
+        done.append(f"{'wrote' if change.old is not None else 'created'} {change.path}")
+    if change.drop_backup:
+        try:
+            os.unlink(backup_path(change.path))
+        except FileNotFoundError:
+            pass
+        done.append(f"restored the original bytes and removed {backup_path(change.path).name}")
+    return done
+
+
+def _write(path: Path, data: bytes, mode: int, before_rename: Callable[[], None] | None) -> None:
+    try:
+        write_atomic(path, data, mode=mode, suffix=".cbtmp", before_rename=before_rename)
+    except TempFileError as exc:
+        raise SetupError(
+            path, f"cannot be written: no file can be created in {path.parent} ({exc.strerror or exc})"
+        ) from None

@@ -1,0 +1,527 @@
+"""`cbconsole setup HARNESS`: write the hooks that call cbhook (dsh: the plugin's rows) into the harness's
+own settings, merged with what is there; `--remove` takes them out again.
+
+Our entry is recognised by its program, a `cbhook` (any path): running setup again changes nothing,
+and a hook that calls another cbhook (an older venv) is updated in place, never added twice. Every
+other byte of the file stays. Before the first change a copy of the file is kept beside it
+(`<name>.cbconsole-backup`); `--remove` puts those exact bytes back when nothing else in the file
+changed since (otherwise it takes out only what setup added). `--dry-run` prints the diff and writes
+nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from breaker.wiring.files import Change, SetupError, apply, backup_path, check_writable, decode, diff, read
+from breaker.wiring.harnesses import (
+    EXTRA_SETTINGS,
+    HOOKS,
+    NAMES,
+    Hook,
+    Places,
+    cbhook_command,
+    entry,
+    find_cbhook,
+    is_cbhook,
+    resolve_name,
+)
+from breaker.wiring.jsontext import Document, JsonTextError
+
+__all__ = ["Found", "Options", "Plan", "cbhook_entries", "main", "plan"]
+
+_MISSING = object()
+
+
+@dataclass(frozen=True)
+class Options:
+    """What one `cbconsole setup` run was asked."""
+
+    harness: str
+    places: Places
+    cbhook: Path
+    project: Path | None = None
+    profile: str | None = None  # dsh: a profile's layer instead of $DSH_HOME's
+    socket: str | None = None
+    fail_closed: bool = False
+    keep_loop_detector: bool = False  # gemini: leave Gemini CLI's own loop detector as it is
+    remove: bool = False
+
+    @property
+    def command(self) -> str:
+        return cbhook_command(self.cbhook, socket=self.socket, fail_closed=self.fail_closed)
+
+
+@dataclass
+class Plan:
+    """Every file one run changes, in the order they are written, and what to tell the user."""
+
+    changes: list[Change] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def changed(self) -> list[Change]:
+        return [c for c in self.changes if c.changed]
+
+
+# -- the JSON settings of the command-hook harnesses ----------------------------------------------
+
+
+@dataclass(frozen=True)
+class Found:
+    """A hook that runs a cbhook: in event `event`, element `group` of its list, handler `handler` of
+    that group's hooks (None for Cursor, whose list holds the hooks themselves)."""
+
+    event: str
+    group: int
+    handler: int | None
+    command: str
+
+    @property
+    def path(self) -> tuple[str | int, ...]:
+        tail: tuple[str | int, ...] = () if self.handler is None else ("hooks", self.handler)
+        return ("hooks", self.event, self.group, *tail)
+
+
+def cbhook_entries(harness: str, value: Any, events: list[str] | None = None) -> Iterator[Found]:
+    """Every hook under a settings value's `hooks` that runs a cbhook, in `events` (default: all)."""
+    hooks = value.get("hooks") if isinstance(value, dict) else None
+    if not isinstance(hooks, dict):
+        return
+    for event, groups in hooks.items():
+        if (events is not None and event not in events) or not isinstance(groups, list):
+            continue
+        for g, group in enumerate(groups):
+            if not isinstance(group, dict):
+                continue
+            if harness == "cursor":
+                if is_cbhook(group.get("command")):
+                    yield Found(event, g, None, group["command"])
+                continue
+            handlers = group.get("hooks")
+            for h, handler in enumerate(handlers if isinstance(handlers, list) else []):
+                if isinstance(handler, dict) and is_cbhook(handler.get("command")):
+                    yield Found(event, g, h, handler["command"])
+
+
+def _document(path: Path, text: str | None, harness: str) -> Document:
+    try:
+        doc = Document(text or "", comments=harness == "gemini")
+    except JsonTextError as exc:
+        what = "JSON with comments" if harness == "gemini" else "JSON"
+        raise SetupError(
+            path, f"line {exc.line} column {exc.column}: not valid {what}: {exc.message}; nothing was changed"
+        ) from None
+    hooks = doc.value.get("hooks", {})
+    if not isinstance(hooks, dict):
+        node = doc.node(("hooks",))
+        assert node is not None
+        raise SetupError(path, f"line {doc.line_of(node)}: `hooks` is not an object; nothing was changed")
+    for event, groups in hooks.items():
+        if not isinstance(groups, list):
+            node = doc.node(("hooks", event))
+            assert node is not None
+            raise SetupError(path, f"line {doc.line_of(node)}: hooks.{event} is not a list; nothing was changed")
+    return doc
+
+
+def _without(doc: Document, found: Found, keep: Any) -> str:
+    """The text without one cbhook hook, and without the group, list and `hooks` it leaves empty
+    (unless the file as it was before setup, `keep`, had them)."""
+    group = doc.get(found.path[:3])
+    if found.handler is not None and len([h for h in group.get("hooks", [])]) > 1:
+        return doc.delete(found.path)
+    text = doc.delete(found.path[:3])
+    for path in (("hooks", found.event), ("hooks",)):
+        after = Document(text, comments=doc.comments)
+        if after.get(path) in ([], {}) and _get(keep, path) is _MISSING:
+            text = after.delete(path)
+    return text
+
+
+def _get(value: Any, path: tuple[str | int, ...]) -> Any:
+    for step in path:
+        if isinstance(step, str) and isinstance(value, dict) and step in value:
+            value = value[step]
+        elif isinstance(step, int) and isinstance(value, list) and 0 <= step < len(value):
+            value = value[step]
+        else:
+            return _MISSING
+    return value
+
+
+def _add_hooks(doc: Document, harness: str, hooks: tuple[Hook, ...], command: str) -> str:
+    text = doc.bom + doc.text
+    if harness == "cursor" and "version" not in Document(text).value:
+        text = Document(text).set(("version",), 1)
+    for hook in hooks:
+        now = Document(text, comments=doc.comments)
+        found = list(cbhook_entries(harness, now.value, [hook.event]))
+        if not found:
+            if now.node(("hooks", hook.event)) is None:
+                text = now.set(("hooks", hook.event), [entry(harness, hook, command)])
+            else:
+                text = now.append(("hooks", hook.event), entry(harness, hook, command))
+            continue
+        first = found[0]
+        if first.command != command:  # another installation's cbhook: this one's, in place
+            node = now.node((*first.path, "command"))
+            assert node is not None
+            text = now.replace(node, command)
+        for extra in reversed(found[1:]):  # a second cbhook would count every call twice
+            text = _without(Document(text, comments=doc.comments), extra, _MISSING)
+    return text
+
+
+def _plan_json(options: Options, path: Path) -> Plan:
+    harness = options.harness
+    old = read(path)
+    text = decode(path, old)
+    doc = _document(path, text, harness)
+    backup = backup_path(path)
+    backup_bytes = read(backup)
+    backup_value: Any = _MISSING
+    if backup_bytes is not None:
+        try:
+            backup_value = Document(decode(backup, backup_bytes) or "", comments=doc.comments).value
+        except JsonTextError:
+            backup_value = _MISSING
+    plan = Plan()
+    if not options.remove:
+        new_text = _add_hooks(doc, harness, HOOKS[harness], options.command)
+        extra = {} if options.keep_loop_detector else EXTRA_SETTINGS.get(harness, {})
+        for setting, value in extra.items():
+            after = Document(new_text, comments=doc.comments)
+            if after.get(setting, _MISSING) != value:
+                new_text = after.set(setting, value)
+                plan.notes.append(
+                    "Gemini CLI's own loop detector is now off (model.disableLoopDetection: true): it stops a run "
+                    "at the 5th identical call in a row, before the guard's duplicateLimit; the guard decides instead "
+                    "(--keep-loop-detector leaves it on)"
+                )
+        if harness == "gemini" and options.project is not None:
+            plan.notes.append(
+                f"Gemini CLI runs a project's hooks only in a trusted folder: trust {options.project} when it asks"
+            )
+        # The backup is the file as it was before cbconsole first touched it: one that already holds a
+        # cbhook hook (setup's, or a hand-made one) is not that.
+        pristine = old is not None and not list(cbhook_entries(harness, doc.value))
+        change = Change(path, old, new_text.encode("utf-8"), backup=pristine)
+    else:
+        new_text = doc.bom + doc.text
+        for found in reversed(list(cbhook_entries(harness, doc.value))):
+            new_text = _without(Document(new_text, comments=doc.comments), found, backup_value)
+        if harness == "gemini":
+            after = Document(new_text, comments=True)
+            before = _get(backup_value, ("model", "disableLoopDetection"))
+            now = after.get(("model", "disableLoopDetection"), _MISSING)
+            if before is _MISSING and now is True:
+                new_text = after.delete(("model", "disableLoopDetection"))
+                after = Document(new_text, comments=True)
+                if after.get(("model",)) == {} and _get(backup_value, ("model",)) is _MISSING:
+                    new_text = after.delete(("model",))
+            elif before is not _MISSING and now != before:
+                new_text = after.set(("model", "disableLoopDetection"), before)
+        if harness == "cursor" and _get(backup_value, ("version",)) is _MISSING:
+            after = Document(new_text)  # setup added `version` if the file had none (or setup created it)
+            if "version" in after.value and (backup_value is not _MISSING or "hooks" not in after.value):
+                new_text = after.delete(("version",))
+        result = Document(new_text, comments=doc.comments).value
+        change = Change(path, old, new_text.encode("utf-8") if old is not None else None)
+        if old is None:
+            pass  # no file: nothing to take out
+        elif backup_bytes is not None and backup_value is not _MISSING and result == backup_value:
+            change.new, change.drop_backup = backup_bytes, True
+        elif backup_bytes is None and result == {} and old is not None:
+            change.new = None  # setup created it: it goes
+        elif backup_bytes is not None and change.changed:
+            plan.notes.append(
+                f"{path} has other changes since setup: only cbconsole's entries were taken out; {backup} is kept"
+            )
+    plan.changes.append(change)
+    return plan
+
+
+def _plan_codex(options: Options) -> Plan:
+    from breaker.wiring import codex  # tomllib: only Codex needs it
+
+    places = options.places
+    hooks_json = places.settings_file("codex", options.project)
+    plan = _plan_json(options, hooks_json)
+    change = plan.changes[0]
+    config = places.codex_home() / "config.toml"
+    config_old = read(config)
+    config_text = decode(config, config_old)
+    key_path = Path(os.path.abspath(hooks_json))
+    before = Document(decode(hooks_json, change.old) or "").value
+    after_text = decode(hooks_json, change.new) or ""
+    after = Document(after_text).value if change.new is not None else {}
+    wanted = {}
+    for found in cbhook_entries("codex", after):
+        group = _get(after, found.path[:3])
+        handler = _get(after, found.path)
+        wanted[codex.hook_key(key_path, found.event, found.group, found.handler or 0)] = codex.trust_hash(
+            found.event, group, handler
+        )
+    drop = {codex.hook_key(key_path, f.event, f.group, f.handler or 0) for f in cbhook_entries("codex", before)}
+    drop -= set(wanted)
+    new_config = codex.record_trust(config, config_text, wanted, drop)
+    trust = Change(config, config_old, new_config.encode("utf-8") if config_old is not None or new_config else None)
+    config_backup = read(backup_path(config))
+    if options.remove:
+        if config_backup is not None and _toml_equal(new_config, decode(config, config_backup)):
+            trust.new, trust.drop_backup = config_backup, True
+        elif config_backup is None and config_old is not None and new_config.strip() == "":
+            trust.new = None  # setup created it: it goes
+    else:
+        pristine = not (set(wanted) | drop).intersection(codex.trusted(config, config_text))
+        trust.backup = config_old is not None and pristine
+        if wanted:
+            plan.notes.append(
+                f"Codex runs a hook only once it is trusted: setup recorded the trust of its {len(wanted)} cbhook "
+                f"hooks in {config} (what trusting them in codex's /hooks writes)"
+            )
+        if options.project is not None:
+            plan.notes.append(
+                f"Codex reads {hooks_json} only in a trusted project: codex asks to trust {options.project} the first "
+                "time it runs there"
+            )
+    plan.changes.insert(0, trust)  # the trust first: a hook without its trust would be skipped
+    return plan
+
+
+def _toml_equal(a: str | None, b: str | None) -> bool:
+    import tomllib
+
+    try:
+        return tomllib.loads(a or "") == tomllib.loads(b or "")
+    except tomllib.TOMLDecodeError:
+        return False
+
+
+# -- dsh ------------------------------------------------------------------------------------------
+
+
+def _plan_dsh(options: Options) -> Plan:
+    from breaker.hook import plugin_dir
+    from breaker.patch import PatchError
+    from breaker.wiring import dsh  # the patch layer's reader (PyYAML, the config schema): only dsh needs it
+
+    places = options.places
+    path = places.dsh_layer(options.profile)
+    old = read(path)
+    text = decode(path, old)
+    try:
+        layer = dsh.read_layer_file(path, text)
+    except PatchError as exc:
+        where = f"line {exc.line}: " if exc.line else ""
+        raise SetupError(path, f"{where}{exc.message}; dsh refuses to start with it. Nothing was changed") from None
+    plugin = os.path.join(plugin_dir(), "index.mjs")
+    backup = backup_path(path)
+    backup_bytes = read(backup)
+    backup_entries: Any = _MISSING
+    if backup_bytes is not None:
+        try:
+            backup_entries = dsh.read_layer_file(backup, decode(backup, backup_bytes)).entries
+        except PatchError:
+            backup_entries = _MISSING
+    plan = Plan()
+    new_text = layer.text
+    if not options.remove:
+        rows = layer.plugin_rows()
+        add: list[dict[str, Any]] = []
+        if rows:
+            for i, j, row in rows:
+                if row.get("name") != plugin:
+                    new_text = dsh.read_layer_file(path, new_text).with_name(i, j, plugin)
+            present = rows[-1][2].get("config") or {}
+            if options.socket and present.get("guardSocket") != options.socket:
+                plan.notes.append(
+                    f"the circuit-breaker row in {path} is kept as it is: set guardSocket: {options.socket} in its "
+                    "config by hand"
+                )
+        else:
+            bundled = [p for p, b in dsh.profile_bundles(places.dsh_home()).items() if dsh.BUNDLE in b]
+            if options.profile is not None and options.profile in bundled:
+                plan.notes.append(
+                    f"profile {options.profile} already loads the plugin as a bundle (`dsh plugin add`); no row added"
+                )
+            else:
+                config: dict[str, Any] = {}
+                if options.socket:
+                    config["guardSocket"] = options.socket
+                if options.fail_closed:
+                    config["failClosed"] = True
+                add.append({"insert": [{"id": dsh.ROW_ID, "name": plugin, **({"config": config} if config else {})}]})
+                if bundled:
+                    plan.notes.append(
+                        f"profiles {', '.join(bundled)} also have the plugin as a bundle: there the row added here "
+                        "replaces the bundle's (dsh keeps the later insert of an id)"
+                    )
+        now = dsh.read_layer_file(path, new_text)
+        if add:
+            override = now.first_override()
+            if override is not None and (options.socket or options.fail_closed):
+                plan.notes.append(
+                    f"the `- id: circuit-breaker` row below it in {path} sets the row's config, which replaces the "
+                    "insert's whole (dsh merges no keys): put guardSocket/failClosed in that config too"
+                )
+            new_text = now.with_entries(add, before=override)
+            now = dsh.read_layer_file(path, new_text)
+        if not now.hmr_rows():
+            new_text = now.with_entries([dsh.HMR_ROW])
+            plan.notes.append(
+                f"added the `hmr` row to {path}: dsh 0.1.0-rc.8 refuses to start any profile without it "
+                '("user patch-layer watching requires the Cordis HMR service")'
+            )
+        elif not now.hmr_enabled():
+            plan.notes.append(f"the hmr row in {path} is disabled: dsh 0.1.0-rc.8 will not start until it is enabled")
+        check = dsh.read_layer_file(path, new_text)
+        if (add or rows) and len(check.plugin_rows()) != len(rows) + len(add):
+            raise SetupError(path, "internal error: the edited text does not hold the plugin row; nothing was changed")
+        pristine = old is not None and not layer.plugin_rows()
+        change = Change(path, old, new_text.encode("utf-8"), backup=pristine)
+    else:
+        drop = [i for i, j, row in layer.plugin_rows() if _only_row(layer.entries[i], j)]
+        if len(drop) < len(layer.plugin_rows()):
+            raise SetupError(path, "holds the circuit-breaker row among other rows of one insert; take it out by hand")
+        backup_has_hmr = backup_entries is not _MISSING and dsh.Layer(backup, "", None, backup_entries).hmr_rows()
+        if not backup_has_hmr:
+            drop += [i for i, row in layer.hmr_rows() if layer.entries[i] == dsh.HMR_ROW]
+        kept = [e for i, e in enumerate(layer.entries) if i not in drop]
+        change = Change(path, old, None)
+        if old is None:
+            pass  # no file: nothing to take out
+        elif backup_bytes is not None and backup_entries is not _MISSING and kept == backup_entries:
+            change.new, change.drop_backup = backup_bytes, True
+        else:
+            removed = layer.without_entries(drop) if drop else layer.text
+            if removed is None:
+                raise SetupError(
+                    path, "is a flow list ([...]) with other changes since setup; take the rows out by hand"
+                )
+            if backup_bytes is None and not kept and removed.strip() in ("", dsh.HEADER.strip()):
+                change.new = None  # setup created it: it goes
+            else:
+                change.new = removed.encode("utf-8")
+    plan.changes.append(change)
+    return plan
+
+
+def _only_row(entry: Any, j: int) -> bool:
+    return isinstance(entry, dict) and set(entry) == {"insert"} and len(entry["insert"]) == 1 and j == 0
+
+
+# -- the command ----------------------------------------------------------------------------------
+
+
+def plan(options: Options) -> Plan:
+    """Every change a setup run makes, computed and checked; nothing is written."""
+    if options.harness == "dsh":
+        result = _plan_dsh(options)
+    elif options.harness == "codex":
+        result = _plan_codex(options)
+    else:
+        result = _plan_json(options, options.places.settings_file(options.harness, options.project))
+    for change in result.changed:
+        check_writable(change)
+    return result
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="cbconsole setup",
+        description="Write the hooks that ask the guard into a harness's own settings (merged with what is "
+        "there; a backup of the old file is kept beside it). Run it again at any time: it changes nothing, or "
+        "updates the cbhook path in place.",
+    )
+    p.add_argument("harness", metavar="HARNESS", help="claude-code, codex, gemini, dsh or cursor")
+    p.add_argument("--project", metavar="DIR", help="the project's own settings in DIR (default: your user settings)")
+    p.add_argument("--home", metavar="DIR", help="the home to write in (default: $HOME)")
+    p.add_argument("--profile", metavar="NAME", help="dsh: that profile's patch layer (default: $DSH_HOME's)")
+    p.add_argument("--socket", metavar="PATH", help="the guard's socket, if not the default (written into the hook)")
+    p.add_argument("--fail-closed", action="store_true", help="deny tool calls while the guard is unavailable")
+    p.add_argument("--cbhook", metavar="PATH", help="the cbhook to call (default: this installation's)")
+    p.add_argument("--keep-loop-detector", action="store_true", help="gemini: leave Gemini CLI's own loop detector on")
+    p.add_argument("--dry-run", action="store_true", help="print what would change; write nothing")
+    p.add_argument("--remove", action="store_true", help="take cbconsole's entries out again")
+    return p
+
+
+def main(argv: list[str]) -> int:
+    args = parser().parse_args(argv)
+    out = sys.stdout
+
+    def fail(message: str) -> int:
+        print(f"cbconsole setup: {message}", file=sys.stderr)
+        return 1
+
+    harness = resolve_name(args.harness)
+    if harness is None:
+        return fail(f"unknown harness {args.harness!r}; expected one of {', '.join(NAMES)}")
+    if harness == "dsh" and args.project:
+        return fail("dsh has no project settings: use --profile NAME for one profile, or nothing for all of them")
+    if harness != "dsh" and args.profile:
+        return fail("--profile is for dsh only")
+    if args.profile is not None and (
+        not args.profile or "/" in args.profile or "\\" in args.profile or args.profile in (".", "..", "node_modules")
+    ):
+        return fail(f"--profile {args.profile!r}: not a dsh profile name (dsh refuses it too)")
+    if args.cbhook:
+        cbhook = Path(os.path.abspath(Path(args.cbhook).expanduser()))
+        if not (cbhook.is_file() and os.access(cbhook, os.X_OK)):
+            return fail(f"--cbhook {cbhook}: not an executable file")
+    else:
+        found = find_cbhook()
+        if found is None and harness != "dsh":
+            return fail("cannot find this installation's cbhook (is the package installed?); give --cbhook PATH")
+        cbhook = found or Path("cbhook")
+    options = Options(
+        harness,
+        Places.of(args.home, args.project),
+        cbhook,
+        project=Path(os.path.abspath(Path(args.project).expanduser())) if args.project else None,
+        profile=args.profile,
+        socket=os.path.abspath(os.path.expanduser(args.socket)) if args.socket else None,
+        fail_closed=args.fail_closed,
+        keep_loop_detector=args.keep_loop_detector,
+        remove=args.remove,
+    )
+    try:
+        result = plan(options)
+    except SetupError as exc:
+        return fail(f"{exc}")
+    name = NAMES[harness]
+    changed = result.changed
+    for change in changed:
+        out.write(diff(change))
+    if not changed:
+        files = ", ".join(str(c.path) for c in result.changes)
+        state = "holds no cbconsole entries" if options.remove else "is already set up"
+        print(f"{name}: {files} {state}; nothing changed.", file=out)
+        for note in result.notes:
+            if "bundle" in note or "disabled" in note or "by hand" in note:
+                print(f"note: {note}", file=out)
+        return 0
+    if args.dry_run:
+        print(f"(dry run: nothing was written; {len(changed)} file(s) would change)", file=out)
+        return 0
+    try:
+        for change in changed:
+            for line in apply(change):
+                print(line, file=out)
+    except (SetupError, OSError) as exc:
+        return fail(f"{exc}")
+    for note in result.notes:
+        print(f"note: {note}", file=out)
+    if options.remove:
+        print(f"{name} no longer asks the guard.", file=out)
+    else:
+        print(f"{name} now asks the guard before every tool call. Check with: cbconsole doctor", file=out)
+    return 0

@@ -1,0 +1,197 @@
+"""`cbconsole doctor`'s checks on real files and a real guard (the real harnesses: tests/e2e/test_doctor_e2e.py)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from breaker.hook import plugin_dir
+from breaker.wiring import doctor
+from breaker.wiring.harnesses import Places, find_cbhook, settings_snippet
+from breaker.wiring.setup import main as setup
+
+CBHOOK = find_cbhook()
+assert CBHOOK is not None
+
+
+@pytest.fixture(autouse=True)
+def _no_harness_homes(monkeypatch):
+    for name in ("CLAUDE_CONFIG_DIR", "CODEX_HOME", "GEMINI_CLI_HOME", "DSH_HOME"):
+        monkeypatch.delenv(name, raising=False)
+
+
+def places(home: Path, **env: str) -> Places:
+    return Places.of(str(home), environ={"HOME": str(home), "PATH": "", **env})
+
+
+def settings(harness: str, home: Path, value: dict) -> list[doctor._Settings]:
+    path = places(home).settings_file(harness)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(value))
+    found: list[doctor.Check] = []
+    read = doctor._read_settings(harness, path, found)
+    assert found == [] and read is not None
+    return [read]
+
+
+def statuses(checks: list[doctor.Check]) -> list[tuple[str, str]]:
+    return [(c.status, c.check) for c in checks]
+
+
+def test_hooks_that_call_this_cbhook_by_its_path_are_ok(tmp_path):
+    files = settings("claude-code", tmp_path, settings_snippet("claude-code", str(CBHOOK)))
+    assert statuses(doctor.check_hooks("claude-code", files, CBHOOK, places(tmp_path), None)) == [
+        ("ok", "claude-code.hook")
+    ]
+
+
+@pytest.mark.parametrize(
+    ("command", "words"),
+    [
+        ("cbhook", "runs `cbhook` by name"),
+        ("/gone/venv/bin/cbhook", "does not exist"),
+        ("OTHER", "another installation's cbhook"),
+    ],
+)
+def test_a_hook_that_may_not_reach_this_cbhook_fails_with_the_setup_command(tmp_path, command, words):
+    if command == "OTHER":
+        other = tmp_path / "venv2" / "bin" / "cbhook"
+        other.parent.mkdir(parents=True)
+        shutil.copy(CBHOOK, other)  # type: ignore[arg-type]
+        command = str(other)
+    files = settings("codex", tmp_path, settings_snippet("codex", command))
+    (check,) = doctor.check_hooks("codex", files, CBHOOK, places(tmp_path), None)
+    assert check.status == "fail" and words in check.message, check
+    assert check.fix == "cbconsole setup codex"
+
+
+def test_no_hook_is_a_failure_and_a_missing_post_hook_a_warning(tmp_path):
+    (check,) = doctor.check_hooks("gemini", [], CBHOOK, places(tmp_path), None)
+    assert check.status == "fail" and "no BeforeTool hook" in check.message and "not checked" in check.message
+    value = settings_snippet("gemini", str(CBHOOK))
+    del value["hooks"]["AfterTool"]
+    checks = doctor.check_hooks("gemini", settings("gemini", tmp_path, value), CBHOOK, places(tmp_path), None)
+    assert statuses(checks) == [("ok", "gemini.hook"), ("warn", "gemini.hook")]
+    assert "AfterTool" in checks[1].message
+
+
+def test_cbhook_twice_on_one_event_fails_because_every_call_would_count_twice(tmp_path):
+    value = settings_snippet("cursor", str(CBHOOK))
+    value["hooks"]["beforeShellExecution"] *= 2
+    checks = doctor.check_hooks("cursor", settings("cursor", tmp_path, value), CBHOOK, places(tmp_path), None)
+    assert ("fail", "cursor.hook") in statuses(checks) and "twice" in checks[-1].message
+
+
+def test_settings_that_are_not_json_fail_naming_the_file_and_line(tmp_path):
+    path = places(tmp_path).settings_file("claude-code")
+    path.parent.mkdir()
+    path.write_text('{\n  "hooks": {},\n}\n')
+    found: list[doctor.Check] = []
+    assert doctor._read_settings("claude-code", path, found) is None
+    (check,) = found
+    assert check.status == "fail" and f"{path}: line 3" in check.message
+
+
+def test_switches_that_turn_every_hook_off_fail(tmp_path):
+    claude = settings("claude-code", tmp_path, {"disableAllHooks": True})
+    assert statuses(doctor.check_claude(claude)) == [("fail", "claude-code.hooks-off")]
+    command = str(CBHOOK)
+    gemini = settings("gemini", tmp_path, {"hooksConfig": {"enabled": False, "disabled": [command]}})
+    checks = doctor.check_gemini(gemini, command, places(tmp_path))
+    assert statuses(checks) == [
+        ("fail", "gemini.hooks-off"),
+        ("fail", "gemini.hooks-off"),
+        ("warn", "gemini.loop-detector"),
+    ]
+
+
+def test_gemini_with_its_loop_detector_off_draws_no_warning(tmp_path):
+    files = settings("gemini", tmp_path, {"model": {"disableLoopDetection": True}})
+    assert doctor.check_gemini(files, None, places(tmp_path)) == []
+
+
+def test_an_unproven_version_warns_with_the_proven_one_to_install():
+    check = doctor.check_version("codex", Path("/usr/bin/codex"), "0.172.0")
+    assert check.status == "warn" and "0.171.0" in check.message
+    assert check.fix.startswith("npm install -g @openai/codex@0.171.0")
+    assert doctor.check_version("codex", Path("/usr/bin/codex"), "0.171.0").status == "ok"
+
+
+def test_the_version_is_read_from_the_npm_package_without_running_the_program(tmp_path):
+    package = tmp_path / "node_modules" / "@google" / "gemini-cli"
+    (package / "bundle").mkdir(parents=True)
+    (package / "package.json").write_text(json.dumps({"name": "@google/gemini-cli", "version": "0.61.0"}))
+    program = package / "bundle" / "gemini.js"
+    program.write_text("#!/bin/false\n")  # would fail if run
+    program.chmod(0o755)
+    link = tmp_path / "node_modules" / ".bin" / "gemini"
+    link.parent.mkdir()
+    link.symlink_to(program)
+    assert doctor.version_of(link, places(tmp_path), "gemini") == "0.61.0"
+
+
+# -- dsh -----------------------------------------------------------------------------------------
+
+
+def test_dsh_after_setup_is_ok_and_its_guard_socket_is_the_one_checked(tmp_path):
+    assert setup(["dsh", "--home", str(tmp_path), "--socket", "/run/x/guard.sock"]) == 0
+    sockets: set[Path] = set()
+    checks = doctor.check_dsh(places(tmp_path), sockets, Path("/default.sock"))
+    assert statuses(checks) == [("ok", "dsh.plugin")] and sockets == {Path("/run/x/guard.sock")}
+
+
+def test_dsh_without_the_plugin_or_the_hmr_row_fails_and_a_broken_layer_names_its_line(tmp_path):
+    layer = tmp_path / ".dsh" / "cordis.patch.yml"
+    layer.parent.mkdir()
+    layer.write_text("- id: circuit-breaker\n  config:\n    duplicateLimit: 4\n")
+    checks = doctor.check_dsh(places(tmp_path), set(), Path("/d.sock"))
+    assert statuses(checks) == [("fail", "dsh.plugin"), ("fail", "dsh.hmr")]
+    assert all(c.fix == "cbconsole setup dsh" for c in checks)
+    layer.write_text("[]\n- id: circuit-breaker\n")  # rows appended after `[]`: invalid YAML
+    (broken, *_rest) = doctor.check_dsh(places(tmp_path), set(), Path("/d.sock"))
+    assert broken.status == "fail" and f"{layer}:2" in broken.message and "dsh refuses to start" in broken.message
+
+
+def test_dsh_plugin_row_naming_a_missing_file_fails(tmp_path):
+    layer = tmp_path / ".dsh" / "cordis.patch.yml"
+    layer.parent.mkdir()
+    layer.write_text(
+        "- insert:\n    - id: circuit-breaker\n      name: /gone/breaker/dsh_plugin/index.mjs\n"
+        "- id: hmr\n  disabled: false\n  config: {root: []}\n"
+    )
+    checks = doctor.check_dsh(places(tmp_path), set(), Path("/d.sock"))
+    assert statuses(checks) == [("fail", "dsh.plugin")] and "does not exist" in checks[0].message
+    assert os.path.isfile(os.path.join(plugin_dir(), "index.mjs"))
+
+
+# -- the guard, and the command ------------------------------------------------------------------
+
+
+def test_the_guard_check_says_whether_it_answers(guard, tmp_path):
+    assert doctor.check_guard(guard.socket).status == "ok"
+    missing = doctor.check_guard(tmp_path / "none" / "guard.sock")
+    assert missing.status == "fail" and "not running" in missing.message and "cbconsole --headless" in missing.fix
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)
+    (shared / "guard.sock").write_text("")
+    unsafe = doctor.check_guard(shared / "guard.sock")
+    assert unsafe.status == "fail" and "can be written by other users" in unsafe.message
+
+
+def test_doctor_exits_1_when_a_check_fails_and_prints_json_for_scripts(guard, tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))  # no harness installed
+    monkeypatch.setenv("CBCONSOLE_SOCKET", str(tmp_path / "none" / "guard.sock"))
+    assert doctor.main(["--home", str(tmp_path), "--json"]) == 1
+    checks = json.loads(capsys.readouterr().out)
+    assert [(c["check"], c["status"]) for c in checks] == [
+        ("guard", "fail"),
+        *[(h, "skip") for h in ("claude-code", "codex", "gemini", "dsh", "cursor")],
+    ]
+    assert doctor.main(["--home", str(tmp_path), "--socket", str(guard.socket)]) == 0
+    out = capsys.readouterr().out
+    assert "ok    guard" in out and "Nothing failed." in out

@@ -1,0 +1,452 @@
+"""`cbconsole setup HARNESS` on real files in a scratch home: merging, recognising its own entry, backups,
+`--dry-run`, `--remove`, and refusing what it must not write. (The harnesses reading what it wrote are
+run for real in tests/e2e.)"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import os
+import shutil
+import stat
+import sys
+import tempfile
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from breaker.hook import plugin_dir
+from breaker.wiring import codex
+from breaker.wiring.harnesses import HOOKS, find_cbhook, settings_snippet
+from breaker.wiring.setup import main
+
+CBHOOK = find_cbhook()
+PLUGIN = os.path.join(plugin_dir(), "index.mjs")
+JSON_HARNESSES = ["claude-code", "codex", "gemini", "cursor"]
+FILES = {
+    "claude-code": ".claude/settings.json",
+    "codex": ".codex/hooks.json",
+    "gemini": ".gemini/settings.json",
+    "cursor": ".cursor/hooks.json",
+    "dsh": ".dsh/cordis.patch.yml",
+}
+
+
+@pytest.fixture(autouse=True)
+def _no_harness_homes(monkeypatch):
+    for name in ("CLAUDE_CONFIG_DIR", "CODEX_HOME", "GEMINI_CLI_HOME", "DSH_HOME"):
+        monkeypatch.delenv(name, raising=False)
+
+
+def setup(capsys, home: Path, harness: str, *args: str) -> tuple[int, str, str]:
+    status = main([harness, "--home", str(home), *args])
+    out = capsys.readouterr()
+    return status, out.out, out.err
+
+
+def run(home: Path, harness: str, *args: str) -> int:
+    """The command without capsys (inside hypothesis examples); its output goes nowhere."""
+    from contextlib import redirect_stderr, redirect_stdout
+    from io import StringIO
+
+    with redirect_stdout(StringIO()), redirect_stderr(StringIO()):
+        return main([harness, "--home", str(home), *args])
+
+
+def only_inserted(old: str, new: str) -> bool:
+    """Whether `new` is `old` with text added and none of its characters changed or removed."""
+    ops = difflib.SequenceMatcher(None, old, new, autojunk=False).get_opcodes()
+    return all(tag in ("equal", "insert") for tag, *_ in ops)
+
+
+def state(path: Path) -> tuple[bytes, int] | None:
+    return (path.read_bytes(), path.stat().st_mtime_ns) if path.exists() else None
+
+
+# -- the target: twice changes nothing, others' bytes kept, --remove gives the original back ---------
+
+names = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), min_size=1, max_size=8)
+scalars = st.none() | st.booleans() | st.integers(-(10**6), 10**6) | names
+values = st.recursive(
+    scalars, lambda inner: st.lists(inner, max_size=3) | st.dictionaries(names, inner, max_size=3), max_leaves=8
+)
+lint = {"type": "command", "command": "/usr/bin/mylint --strict"}
+other_hook = st.fixed_dictionaries({"matcher": st.sampled_from(["Bash", "*", "Write|Edit"]), "hooks": st.just([lint])})
+
+
+@st.composite
+def settings_files(draw: Any, harness: str) -> str:
+    """A settings file of the user's: other keys, other hooks (on our events too), in some layout."""
+    top = draw(st.dictionaries(names.filter(lambda k: k not in ("hooks", "version", "model")), values, max_size=4))
+    events = [h.event for h in HOOKS[harness]] + ["Stop", "Notification"]
+    hooks = draw(st.dictionaries(st.sampled_from(events), st.lists(other_hook, min_size=1, max_size=2), max_size=3))
+    if harness == "cursor":
+        hooks = {event: [{"command": "/usr/bin/audit"}] for event in hooks}
+    if hooks:
+        top["hooks"] = hooks
+    if not top:
+        top["theme"] = "dark"
+    indent = draw(st.sampled_from([None, 2, 4, "\t"]))
+    return json.dumps(top, indent=indent, ensure_ascii=draw(st.booleans())) + draw(st.sampled_from(["", "\n"]))
+
+
+@pytest.mark.parametrize("harness", JSON_HARNESSES)
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_setup_keeps_every_byte_of_a_users_file_changes_nothing_when_run_again_and_remove_restores_it(harness, data):
+    text = data.draw(settings_files(harness))
+    with tempfile.TemporaryDirectory() as scratch:
+        home = Path(scratch)
+        path = home / FILES[harness]
+        path.parent.mkdir(parents=True)
+        path.write_text(text)
+        assert run(home, harness) == 0
+        new = path.read_text()
+        assert only_inserted(text, new)
+        value = json.loads(new)
+        for event, groups in settings_snippet(harness, str(CBHOOK))["hooks"].items():
+            assert groups[0] in value["hooks"][event]  # ours, added to whatever the event already held
+        assert {k: v for k, v in value.items() if k not in ("hooks", "model", "version")} == {
+            k: v for k, v in json.loads(text).items() if k not in ("hooks", "model", "version")
+        }
+        before = state(path)
+        assert run(home, harness) == 0
+        assert state(path) == before  # not even rewritten
+        assert run(home, harness, "--remove") == 0
+        assert path.read_text() == text
+        assert not (path.parent / (path.name + ".cbconsole-backup")).exists()
+
+
+@pytest.mark.parametrize("harness", [*JSON_HARNESSES, "dsh"])
+def test_setup_creates_a_missing_file_says_what_it_did_and_remove_deletes_it_again(capsys, tmp_path, harness):
+    status, out, err = setup(capsys, tmp_path, harness)
+    assert (status, err) == (0, "")
+    path = tmp_path / FILES[harness]
+    assert f"+++ {path}" in out and "--- /dev/null" in out  # the diff of what it wrote
+    assert "now asks the guard before every tool call" in out
+    status, out, _ = setup(capsys, tmp_path, harness)
+    assert status == 0 and "already set up; nothing changed" in out
+    status, out, _ = setup(capsys, tmp_path, harness, "--remove")
+    assert status == 0 and not path.exists()
+    assert list(tmp_path.rglob("*.cbconsole-backup")) == []
+    status, out, _ = setup(capsys, tmp_path, harness, "--remove")
+    assert status == 0 and "holds no cbconsole entries" in out
+
+
+def test_the_hooks_call_this_installations_cbhook_by_its_absolute_path(capsys, tmp_path):
+    setup(capsys, tmp_path, "claude-code", "--socket", "/run/g.sock", "--fail-closed")
+    value = json.loads((tmp_path / FILES["claude-code"]).read_text())
+    command = value["hooks"]["PreToolUse"][0]["hooks"][0]["command"]
+    assert command == f"{CBHOOK} --socket /run/g.sock --fail-closed"
+    assert os.path.isabs(command.split()[0]) and os.access(command.split()[0], os.X_OK)
+
+
+def test_a_hook_that_calls_another_cbhook_is_updated_in_place_and_a_second_one_is_taken_out(capsys, tmp_path):
+    path = tmp_path / FILES["claude-code"]
+    path.parent.mkdir()
+    old = {"type": "command", "command": "/old/venv/bin/cbhook", "timeout": 30}
+    path.write_text(
+        json.dumps(
+            {
+                "hooks": {
+                    "PreToolUse": [
+                        {"matcher": "Bash", "hooks": [{"type": "command", "command": "lint"}, old]},
+                        {"matcher": "*", "hooks": [{"type": "command", "command": "cbhook --fail-closed"}]},
+                    ]
+                }
+            },
+            indent=2,
+        )
+    )
+    status, _out, _ = setup(capsys, tmp_path, "claude-code")
+    assert status == 0
+    groups = json.loads(path.read_text())["hooks"]["PreToolUse"]
+    # The first cbhook hook, where the user put it (matcher and timeout theirs), now calls this cbhook;
+    # the second would count every call twice, so it went.
+    assert groups == [
+        {"matcher": "Bash", "hooks": [{"type": "command", "command": "lint"}, {**old, "command": str(CBHOOK)}]}
+    ]
+
+
+def test_an_invalid_file_is_refused_naming_the_file_and_the_line_and_nothing_is_changed(capsys, tmp_path):
+    cases = {
+        "claude-code": '{\n  "model": "opus",\n  "hooks": {"PreToolUse": []},\n}\n',  # a trailing comma
+        "gemini": '{\n  // ok\n  "a": 1 /* unclosed\n}\n',
+        "cursor": '{"version": 1, "hooks": {"sessionEnd": {"command": "x"}}}',  # a list expected
+        "dsh": "- id: circuit-breaker\n  config: [unclosed\n",
+    }
+    for harness, text in cases.items():
+        path = tmp_path / FILES[harness]
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+        status, out, err = setup(capsys, tmp_path, harness)
+        assert status == 1 and out == ""
+        assert err.startswith(f"cbconsole setup: {path}:"), err
+        assert "line " in err and "nothing was changed" in err.lower(), err
+        assert path.read_text() == text
+        assert list(path.parent.glob("*.cbconsole-backup")) == []
+    config = tmp_path / ".codex" / "config.toml"
+    config.parent.mkdir()
+    config.write_text('model = "x"\n[hooks\n')
+    status, out, err = setup(capsys, tmp_path, "codex")
+    assert status == 1 and f"{config}: is not valid TOML" in err and "line 2" in err
+    assert not (tmp_path / FILES["codex"]).exists()  # nothing written, hooks.json included
+
+
+def test_a_file_of_another_user_reached_through_a_symlink_is_refused_and_left_alone(capsys, tmp_path):
+    theirs = tmp_path / "theirs.json"
+    if os.geteuid() == 0:
+        theirs.write_text("{}\n")
+        os.chown(theirs, 65534, 65534)
+    else:
+        theirs = Path("/etc/passwd")  # root's: another user's file for anyone else
+    before = theirs.read_bytes()
+    (tmp_path / ".claude").mkdir()
+    (tmp_path / FILES["claude-code"]).symlink_to(theirs)
+    status, _out, err = setup(capsys, tmp_path, "claude-code")
+    assert status == 1 and "the file it points to belongs to another user" in err, err
+    assert theirs.read_bytes() == before
+
+
+def test_a_symlinked_settings_file_is_edited_through_the_link(capsys, tmp_path):
+    target = tmp_path / "dotfiles" / "claude.json"
+    target.parent.mkdir()
+    target.write_text('{"model": "opus"}\n')
+    (tmp_path / ".claude").mkdir()
+    link = tmp_path / FILES["claude-code"]
+    link.symlink_to(target)
+    assert setup(capsys, tmp_path, "claude-code")[0] == 0
+    assert link.is_symlink() and "PreToolUse" in json.loads(target.read_text())["hooks"]
+
+
+def test_a_read_only_file_and_a_directory_are_refused(capsys, tmp_path):
+    path = tmp_path / FILES["gemini"]
+    path.parent.mkdir()
+    path.write_text("{}\n")
+    path.chmod(0o444)
+    status, _out, err = setup(capsys, tmp_path, "gemini")
+    assert status == 1 and "is read-only" in err
+    path.chmod(0o644)
+    path.unlink()
+    path.mkdir()
+    status, _out, err = setup(capsys, tmp_path, "gemini")
+    assert status == 1 and "is a directory" in err
+
+
+def test_dry_run_prints_the_diff_and_writes_nothing(capsys, tmp_path):
+    path = tmp_path / FILES["codex"]
+    path.parent.mkdir()
+    path.write_text('{"hooks": {}}\n')
+    status, out, _ = setup(capsys, tmp_path, "codex", "--dry-run")
+    assert status == 0 and '"PreToolUse"' in out and "dry run: nothing was written" in out
+    assert path.read_text() == '{"hooks": {}}\n' and not (path.parent / "config.toml").exists()
+
+
+def test_project_scope_and_the_harnesses_own_home_variables(capsys, tmp_path, monkeypatch):
+    project = tmp_path / "repo"
+    project.mkdir()
+    assert main(["claude-code", "--project", str(project), "--home", str(tmp_path / "h")]) == 0
+    assert (project / ".claude" / "settings.json").exists() and not (tmp_path / "h" / ".claude").exists()
+    monkeypatch.setenv("CLAUDE_CONFIG_DIR", str(tmp_path / "elsewhere"))
+    assert main(["claude", "--home", str(tmp_path / "h")]) == 0
+    assert (tmp_path / "elsewhere" / "settings.json").exists()
+    capsys.readouterr()
+    assert main(["dsh", "--project", str(project)]) == 1
+    assert "dsh has no project settings" in capsys.readouterr().err
+    assert main(["vim", "--home", str(tmp_path)]) == 1
+    assert "unknown harness 'vim'" in capsys.readouterr().err
+
+
+# -- Gemini CLI ----------------------------------------------------------------------------------
+
+
+def test_gemini_comments_are_kept_and_its_loop_detector_is_turned_off_and_back_to_the_users_value(capsys, tmp_path):
+    path = tmp_path / FILES["gemini"]
+    path.parent.mkdir()
+    text = (
+        "{\n"
+        "  // auth for the API key\n"
+        '  "security": {"auth": {"selectedType": "gemini-api-key"}}, // keep\n'
+        "  /* the model */\n"
+        '  "model": {\n'
+        '    "name": "gemini-3",\n'
+        '    "disableLoopDetection": false\n'
+        "  }\n"
+        "}\n"
+    )
+    path.write_text(text)
+    status, out, _ = setup(capsys, tmp_path, "gemini")
+    assert status == 0 and "loop detector is now off" in out
+    new = path.read_text()
+    for comment in ("// auth for the API key", "// keep", "/* the model */"):
+        assert comment in new
+    assert '"disableLoopDetection": true' in new and '"BeforeTool"' in new
+    assert setup(capsys, tmp_path, "gemini", "--remove")[0] == 0
+    assert path.read_text() == text  # false again, as the user had it
+
+
+def test_gemini_keep_loop_detector_leaves_it_as_it_is(capsys, tmp_path):
+    setup(capsys, tmp_path, "gemini", "--keep-loop-detector")
+    assert "model" not in json.loads((tmp_path / FILES["gemini"]).read_text())
+
+
+# -- Codex CLI: the trust --------------------------------------------------------------------------
+
+
+def test_the_trust_hash_is_the_one_codex_0_171_0_reports_for_the_same_hook():
+    # `codex app-server` (0.171.0) answered hooks/list with these currentHash values for a hooks.json
+    # holding exactly these two hooks (tests/e2e/test_doctor_e2e.py checks setup's records with it live).
+    handler = {"type": "command", "command": "/x/cbhook", "timeout": 10}
+    group = {"matcher": "*", "hooks": [handler]}
+    assert codex.trust_hash("PreToolUse", group, handler) == (
+        "sha256:72f5021e4e63c59cda863d09d74f4a5f8fddfae2baf2f80520bdee32fa0f514c"
+    )
+    assert codex.trust_hash("PostToolUse", group, handler) == (
+        "sha256:44d724226eac608ca19bcb4f1c1a9e4f069d49ec1c77fe489181e0812939a863"
+    )
+    assert codex.hook_key(Path("/h/.codex/hooks.json"), "PreToolUse", 0, 1) == "/h/.codex/hooks.json:pre_tool_use:0:1"
+
+
+def test_codex_trust_goes_into_config_toml_keeping_its_bytes_and_follows_a_changed_hook(capsys, tmp_path):
+    config = tmp_path / ".codex" / "config.toml"
+    config.parent.mkdir()
+    text = '# mine\nmodel = "o5"\n\n[projects."/src/app"]\ntrust_level = "trusted"  # yes\n'
+    config.write_text(text)
+    assert setup(capsys, tmp_path, "codex")[0] == 0
+    new = config.read_text()
+    assert new.startswith(text)
+    hooks_json = tmp_path / FILES["codex"]
+    states = tomllib.loads(new)["hooks"]["state"]
+    hooks = json.loads(hooks_json.read_text())["hooks"]
+    for event in ("PreToolUse", "PostToolUse"):
+        group = hooks[event][0]
+        key = f"{hooks_json}:{codex.event_label(event)}:0:0"
+        assert states[key] == {"trusted_hash": codex.trust_hash(event, group, group["hooks"][0])}
+    # Another cbhook path is another hook to Codex: setup updates both the hook and its trust, in place.
+    other = tmp_path / "bin" / "cbhook"
+    other.parent.mkdir()
+    shutil.copy(CBHOOK, other)  # type: ignore[arg-type]
+    assert setup(capsys, tmp_path, "codex", "--cbhook", str(other))[0] == 0
+    states = tomllib.loads(config.read_text())["hooks"]["state"]
+    assert len(states) == 2
+    group = json.loads(hooks_json.read_text())["hooks"]["PreToolUse"][0]
+    assert group["hooks"][0]["command"] == str(other)
+    assert states[f"{hooks_json}:pre_tool_use:0:0"]["trusted_hash"] == codex.trust_hash(
+        "PreToolUse", group, group["hooks"][0]
+    )
+    assert setup(capsys, tmp_path, "codex", "--remove")[0] == 0
+    assert config.read_text() == text and not hooks_json.exists()
+
+
+def test_codex_trust_of_other_hooks_and_their_states_is_left_alone(tmp_path):
+    path = tmp_path / "config.toml"
+    text = '[hooks.state."/h/hooks.json:stop:0:0"]\ntrusted_hash = "sha256:theirs"\nenabled = true\n'
+    new = codex.record_trust(path, text, {"/h/hooks.json:pre_tool_use:1:0": "sha256:ours"}, set())
+    assert new.startswith(text)
+    back = codex.record_trust(path, new, {}, {"/h/hooks.json:pre_tool_use:1:0"})
+    assert back == text
+
+
+# -- dsh ------------------------------------------------------------------------------------------
+
+
+def dsh_rows(path: Path) -> list[Any]:
+    class Loader(yaml.SafeLoader):
+        pass
+
+    Loader.add_constructor(None, lambda loader, node: ("tagged", node.tag, loader.construct_scalar(node)))
+    return yaml.load(path.read_text(), Loader=Loader)
+
+
+def test_dsh_setup_turns_the_brackets_dsh_plugin_add_leaves_into_a_valid_block_list(capsys, tmp_path):
+    path = tmp_path / ".dsh" / "profiles" / "web" / "cordis.patch.yml"
+    path.parent.mkdir(parents=True)
+    text = "# Your patch layer for this dsh profile.\n[]\n"
+    path.write_text(text)
+    assert setup(capsys, tmp_path, "dsh", "--profile", "web")[0] == 0
+    assert path.read_text().startswith("# Your patch layer for this dsh profile.\n- insert:")
+    assert dsh_rows(path) == [
+        {"insert": [{"id": "circuit-breaker", "name": PLUGIN}]},
+        {"id": "hmr", "disabled": False, "config": {"root": []}},
+    ]
+    with path.open("a") as f:  # a user's row, appended as the docs once said: the file stays valid
+        f.write("- id: circuit-breaker\n  config:\n    duplicateLimit: 4\n")
+    assert dsh_rows(path)[-1] == {"id": "circuit-breaker", "config": {"duplicateLimit": 4}}
+
+
+def test_dsh_setup_keeps_other_rows_tags_and_comments_and_puts_the_insert_before_the_override(capsys, tmp_path):
+    path = tmp_path / FILES["dsh"]
+    path.parent.mkdir()
+    text = (
+        "# mine\n"
+        "- id: circuit-breaker\n"
+        "  config:\n"
+        "    duplicateLimit: 4   # tuned\n"
+        "- id: session-persistence-jsonl\n"
+        "  config: {root: !!js \"home('sessions')\"}\n"
+    )
+    path.write_text(text)
+    status, out, _ = setup(capsys, tmp_path, "dsh")
+    assert status == 0 and "added the `hmr` row" in out
+    new = path.read_text()
+    assert only_inserted(text, new)
+    rows = dsh_rows(path)
+    assert [r.get("id", "insert" if "insert" in r else None) for r in rows] == [
+        "insert",
+        "circuit-breaker",
+        "session-persistence-jsonl",
+        "hmr",
+    ]
+    assert rows[2]["config"]["root"][0] == "tagged"
+    before = state(path)
+    assert setup(capsys, tmp_path, "dsh")[0] == 0 and state(path) == before
+    assert setup(capsys, tmp_path, "dsh", "--remove")[0] == 0
+    assert path.read_text() == text
+
+
+def test_dsh_setup_on_a_profile_with_the_bundle_adds_only_the_hmr_row(capsys, tmp_path):
+    profile = tmp_path / ".dsh" / "profiles" / "web"
+    profile.mkdir(parents=True)
+    (profile / "package.json").write_text(json.dumps({"dsh": {"profile": {"bundles": ["cbconsole-circuit-breaker"]}}}))
+    status, out, _ = setup(capsys, tmp_path, "dsh", "--profile", "web")
+    assert status == 0 and "already loads the plugin as a bundle" in out
+    assert dsh_rows(profile / "cordis.patch.yml") == [{"id": "hmr", "disabled": False, "config": {"root": []}}]
+
+
+def test_dsh_plugin_row_of_another_installation_is_pointed_at_this_one(capsys, tmp_path):
+    path = tmp_path / FILES["dsh"]
+    path.parent.mkdir()
+    path.write_text(
+        "- insert:\n    - id: circuit-breaker\n      name: /old/site-packages/breaker/dsh_plugin/index.mjs\n"
+        "- id: hmr\n  disabled: false\n  config: {root: []}\n"
+    )
+    assert setup(capsys, tmp_path, "dsh")[0] == 0
+    assert dsh_rows(path)[0] == {"insert": [{"id": "circuit-breaker", "name": PLUGIN}]}
+
+
+def test_setup_starts_without_the_console_or_a_guard(tmp_path):
+    import subprocess
+
+    code = (
+        "import sys\n"
+        "from console.cli import main\n"
+        f"status = main(['setup', 'cursor', '--home', {str(tmp_path)!r}, '--dry-run'])\n"
+        "print(status, sorted(m for m in sys.modules if m.split('.')[0] in ('textual', 'rich', 'console.app')))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.splitlines()[-1] == "0 []"
+
+
+def test_the_modes_setup_writes_follow_the_file(capsys, tmp_path):
+    path = tmp_path / FILES["claude-code"]
+    path.parent.mkdir()
+    path.write_text("{}\n")
+    path.chmod(0o600)
+    setup(capsys, tmp_path, "claude-code")
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert stat.S_IMODE((path.parent / "settings.json.cbconsole-backup").stat().st_mode) == 0o600
