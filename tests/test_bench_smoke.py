@@ -36,6 +36,12 @@ PROMISES = {
         r"\b200 agents: console RSS\s+[\d.]+ MiB\s+peak\s+[\d.]+ MiB\s+baseline\s+[\d.]+ MiB\s+ratio\s+[\d.]+x",
         r"\b200 agents: event-loop lag\s+median\s+[\d.]+ ms\s+p99\s+[\d.]+ ms\s+max\s+[\d.]+ ms",
     ],
+    "bench_fleet.py": [
+        r"guard with\s+0 follower\(s\): check p50\s+[\d.]+ us\s+p99\s+[\d.]+ us\s+ratio p99\s+[\d.]+x",
+        r"guard with\s+2 follower\(s\): check p50\s+[\d.]+ us\s+p99\s+[\d.]+ us\s+ratio p99\s+[\d.]+x .*frames/s",
+        r"console over 2 guard\(s\), [\d,]+ agents: RSS\s+[\d.]+ MiB .* key press median\s+[\d.]+ ms p95\s+[\d.]+ ms"
+        r"\s+ratio\s+[\d.]+x",
+    ],
     "bench_state.py": [
         r"check, state kept:\s+p50\s+[\d.]+ us\s+p99\s+[\d.]+ us",
         r"ratio p50\s+[\d.]+x\s+p99\s+[\d.]+x",
