@@ -170,7 +170,7 @@ async def test_the_chart_is_drawn_once_a_second_at_most_and_follows_the_width(mo
         drawn: list[object] = []
         real = ActivityChart.update
         monkeypatch.setattr(
-            ActivityChart, "update", lambda self, content="": drawn.append(content) or real(self, content)
+            ActivityChart, "update", lambda self, content="", **kw: drawn.append(content) or real(self, content, **kw)
         )
         for _ in range(5):  # new frames within the same second of the (frozen) clock: nothing new to show
             app.state.changed()

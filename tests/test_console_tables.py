@@ -260,3 +260,27 @@ def test_every_loop_rule_ranks_and_colours_as_a_loop_caught_above_cap_interrupt_
         "cap": colours["cap"],
         "interrupted": colours["interrupted"],
     }
+
+
+async def test_a_line_is_redrawn_only_when_its_text_changes_and_never_asks_for_a_layout(monkeypatch):
+    from console.widgets.line import Line
+
+    calls: list[tuple[str, bool]] = []
+    real = Line.update
+    monkeypatch.setattr(
+        Line, "update", lambda self, text, **kw: calls.append((str(text), kw["layout"])) or real(self, text, **kw)
+    )
+
+    class Holder(App[None]):
+        def compose(self) -> ComposeResult:
+            yield Line(Text("first"), id="line")
+
+    async with Holder().run_test(size=(40, 4)) as pilot:
+        line = pilot.app.query_one(Line)
+        line.show(Text("first"))
+        line.show(Text("second"))
+        line.show(Text("second"))
+        line.show(Text("second", style="bold"))  # the same words, another style: drawn again
+        await pilot.pause()
+        assert calls == [("second", False), ("second", False)]
+        assert str(line.render()) == "second" and line.text.style == "bold"

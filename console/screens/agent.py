@@ -25,6 +25,8 @@ from console.themes import THEME_VARIABLES
 from console.widgets.calls import HEADER, CallTail
 from console.widgets.cells import age, clip, gauge, kind_color, own_limits, plain, ratio_color, status_text
 from console.widgets.detail import counts_text
+from console.widgets.line import Line
+from console.widgets.rows import update_cells
 
 if TYPE_CHECKING:
     from console.state import Agent
@@ -33,6 +35,7 @@ __all__ = ["AgentScreen", "family_text", "head_text"]
 
 FLUSH_HZ = 10
 MUTATING = frozenset({"interrupt", "uninterrupt", "reset", "exempt", "override"})
+KEY_COLUMNS = ("count", "preview")  # the repeated-keys table's columns
 FAMILY_SHOWN = 8  # subagents named on the family line; the rest are counted
 
 
@@ -152,14 +155,15 @@ class AgentScreen(Screen[None]):
         self._drawn: tuple[int, int] = (-1, -1)  # (state version, follow version) last drawn
         self._drawn_at = 0.0
         self._trips_shown = -1
+        self._keys_shown: tuple[object, ...] = ()  # what the repeated-keys table shows now (see show_keys)
 
     def compose(self) -> ComposeResult:
-        self.head = Static(id="agent-head")
-        self.family = Static(id="agent-family")
-        self.calls_title = Static(id="calls-title")
+        self.head = Line(id="agent-head")
+        self.family = Line(id="agent-family")
+        self.calls_title = Line(id="calls-title")
         self.tail = CallTail(self.follow, id="calls")
         self.keys = DataTable(id="agent-keys", cursor_type="row")
-        self.keys_title = Static(id="agent-keys-title")
+        self.keys_title = Line(id="agent-keys-title")
         self.trips = DataTable(id="agent-trips", cursor_type="none")
         yield self.head
         yield self.family
@@ -231,29 +235,43 @@ class AgentScreen(Screen[None]):
             title += f"; the last {TAIL} kept" if follow.received > TAIL else ""
             title += f"; {follow.missed:,} missed while behind" if follow.missed else ""
             title += "; end follows the newest)" if self.tail.selected is not None else ")"
-            self.calls_title.update(Text(title))
+            self.calls_title.show(Text(title))
             self.show_keys(colors)
             if state_moved:
                 agent = self.state.agents.get(self.agent)
-                self.head.update(head_text(agent, self.state.name_of(self.agent), colors, now))
-                self.family.update(family_text(self.agent, self.state, colors))
+                self.head.show(head_text(agent, self.state.name_of(self.agent), colors, now))
+                self.family.show(family_text(self.agent, self.state, colors))
                 self.show_trips(colors)
 
     def show_keys(self, colors: Mapping[str, str]) -> None:
         agent = self.state.agents.get(self.agent)
         limit = agent.data.duplicate_limit if agent is not None else 0
         follow = self.follow
-        self.keys_title.update(
+        self.keys_title.show(
             Text(f"Repeated in its window ({follow.distinct:,} distinct call{'s' if follow.distinct != 1 else ''})")
         )
-        cursor = self.keys.cursor_row
-        self.keys.clear()
-        for i, key in enumerate(follow.keys):
+        shown = (tuple((k.count, k.preview) for k in follow.keys), limit, tuple(colors.values()))
+        if shown == self._keys_shown:
+            return  # the same calls, the same counts: at 1,000 calls/s most pushes change nothing here
+        rows = []
+        for key in follow.keys:
             ratio = key.count / limit if limit else 0.0
-            tally = Text(f"{key.count}/{limit}", style=ratio_color(ratio, colors))
-            self.keys.add_row(tally, plain(key.preview), key=str(i))
-        if follow.keys:
-            self.keys.move_cursor(row=min(cursor, len(follow.keys) - 1), animate=False)
+            rows.append((Text(f"{key.count}/{limit}", style=ratio_color(ratio, colors)), plain(key.preview)))
+        if len(rows) == self.keys.row_count:  # the same number of rows: rewrite their cells, keep the rows
+            cells = [
+                (str(i), column, cell)
+                for i, row in enumerate(rows)
+                for column, cell in zip(KEY_COLUMNS, row, strict=False)
+            ]
+            update_cells(self.keys, cells)
+        else:
+            cursor = self.keys.cursor_row
+            self.keys.clear()
+            for i, (tally, preview) in enumerate(rows):
+                self.keys.add_row(tally, preview, key=str(i))
+            if rows:
+                self.keys.move_cursor(row=min(cursor, len(rows) - 1), animate=False)
+        self._keys_shown = shown
 
     def show_trips(self, colors: Mapping[str, str]) -> None:
         trips = [t for t in self.state.trips if t.agent == self.agent]

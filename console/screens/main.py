@@ -31,6 +31,7 @@ from console.widgets.cells import plain
 from console.widgets.detail import AgentDetail
 from console.widgets.header import GuardHeader
 from console.widgets.keys import KeysTable
+from console.widgets.line import Line
 from console.widgets.trips import TripsTable
 
 __all__ = ["MainScreen"]
@@ -174,11 +175,11 @@ class MainScreen(Screen[None]):
         self.header = GuardHeader(id="header")
         self.activity = ActivityChart(id="activity")
         self.filter_box = Input(placeholder="filter agents: id, harness or tool (escape clears)", id="filter")
-        self.agents_title = Static(Text("Agents — most dangerous first"), id="agents-title")
+        self.agents_title = Line(Text("Agents — most dangerous first"), id="agents-title")
         self.agents_table = AgentsTable(id="agents", fleet=self.state.fleet)
         self.detail = AgentDetail(id="detail")
         self.keys_table = KeysTable(id="keys")
-        self.trips_title = Static(Text("Trips"), id="trips-title")
+        self.trips_title = Line(Text("Trips"), id="trips-title")
         self.trips_table = TripsTable(id="trips")
         yield self.header
         yield self.activity
@@ -241,11 +242,11 @@ class MainScreen(Screen[None]):
             title = f"Trips ({state.trips_seen})"
             if trips.unseen:
                 title += f"  — {trips.unseen} new ↓"
-            self.trips_title.update(Text(title))
+            self.trips_title.show(Text(title))
             how = "subagents under their parent, most dangerous first" if state.tree else "most dangerous first"
             shown = f"Agents — {how} ({len(order) - sum(context for _glyphs, context in tree.values())}"
             shown += f" of {len(state.agents)} match the filter)" if state.filter else ")"
-            self.agents_title.update(Text(shown))
+            self.agents_title.show(Text(shown))
 
     def show_detail(self, agent: str | None, colors: dict[str, str], now: float) -> None:
         """The detail line for `agent`, with the values of the columns the agents table hides."""

@@ -103,7 +103,7 @@ class ActivityChart(Static):
         elif width - text.cell_len > _ROOM:
             text.append(" ")
             text.append_text(bars(tallies, width - text.cell_len, 1, colors))
-        self.update(text)
+        self.update(text, layout=False)  # its height is its CSS's
 
     def on_resize(self) -> None:
         if self._shown is not None:

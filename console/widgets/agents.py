@@ -168,6 +168,7 @@ class AgentsTable(ScrollView, can_focus=True):
         self._look: tuple[object, ...] = (self._shown, self.agent_width)  # what every line's layout depends on
         self._header: Strip | None = None
         self._style: tuple[Style, Style, Style, Style] | None = None  # see `_styles`
+        self._cells_drawn: dict[tuple[object, ...], list[Segment]] = {}  # see `_strip`
         self._epoch = 0  # bumped when the styles change: every line drawn before is out of date
         self._drawn: dict[int, Hashable] = {}  # screen line -> the token it was last drawn with
 
@@ -417,6 +418,7 @@ class AgentsTable(ScrollView, can_focus=True):
     def _restyle(self) -> None:
         """Forget every drawn line: the palette changed."""
         self._rows.clear()
+        self._cells_drawn.clear()
         self._header = None
         self._epoch += 1
 
@@ -469,22 +471,35 @@ class AgentsTable(ScrollView, can_focus=True):
     def _strip(self, cells: Sequence[Text]) -> Strip:
         """The cells of the columns on screen as one line, each padded and cut to its width. Each column's
         segments carry its key as meta, as DataTable's cells do: a screenshot draws each column as text of its
-        own, placed at its column, rather than one run for the line whose spaces a viewer may narrow."""
-        console = self.app.console
+        own, placed at its column, rather than one run for the line whose spaces a viewer may narrow. A cell that
+        reads as one drawn before (its column, text, styles and width) reuses those segments: when every agent
+        changes each frame, most of a line's cells (status, tool, harness, parent) do not."""
+        drawn = self._cells_drawn
         segments: list[Segment] = []
         for index, width in self._widths():
             cell = cells[index]
-            if cell.cell_len > width:
-                cell = cell.copy()
-                cell.truncate(width, overflow=cell.overflow or "ellipsis")
-            # A Text without spans renders without its own style (its console render adds it): add it here.
-            line = list(cell.render(console)) if cell.spans else [Segment(cell.plain, console.get_style(cell.style))]
-            room = width - cell.cell_len
-            left = PADDING + (room if room > 0 and cell.justify == "right" else 0)
-            right = PADDING + (room if room > 0 and cell.justify != "right" else 0)
-            column = [Segment(" " * left), *line, Segment(" " * right)]
-            segments.extend(Segment.apply_style(column, post_style=self._META[index]))
+            key = (index, width, cell.plain, cell.style, tuple(cell.spans), cell.justify)
+            column = drawn.get(key)
+            if column is None:
+                column = drawn[key] = self._segments(cell, index, width)
+            segments.extend(column)
+        if len(drawn) > 4096:  # bounded: a new frame's cells are drawn again, at worst
+            drawn.clear()
         return Strip(segments)
+
+    def _segments(self, cell: Text, index: int, width: int) -> list[Segment]:
+        console = self.app.console
+        if cell.cell_len > width:
+            cell = cell.copy()
+            cell.truncate(width, overflow=cell.overflow or "ellipsis")
+        # A Text without spans renders without its own style (its console render adds it): add it here.
+        line = list(cell.render(console)) if cell.spans else [Segment(cell.plain, console.get_style(cell.style))]
+        room = width - cell.cell_len
+        left = PADDING + (room if room > 0 and cell.justify == "right" else 0)
+        right = PADDING + (room if room > 0 and cell.justify != "right" else 0)
+        return list(
+            Segment.apply_style([Segment(" " * left), *line, Segment(" " * right)], post_style=self._META[index])
+        )
 
     def _header_strip(self) -> Strip:
         if self._header is None:

@@ -42,6 +42,7 @@ class AgentDetail(Static):
         height: auto; min-height: 2; padding: 0 1; background: $boost; text-wrap: nowrap; text-overflow: ellipsis;
     }
     """
+    _lines = 0  # the lines shown: when their number changes, so does the height
 
     def show(
         self,
@@ -57,6 +58,7 @@ class AgentDetail(Static):
         columns the table hides."""
         if agent is None:
             self.update(Text("no agent selected — agents appear here when a harness asks the guard", style="dim"))
+            self._lines = 1
             return
         d = agent.data
         top = Text(no_wrap=True, overflow="ellipsis")
@@ -98,7 +100,8 @@ class AgentDetail(Static):
             lines.append(more)
         text = Text("\n").join(lines)
         text.no_wrap, text.overflow = True, "ellipsis"
-        self.update(text)
+        self.update(text, layout=len(lines) != self._lines)  # its height is its lines': laid out when they change
+        self._lines = len(lines)
 
     @staticmethod
     def _hidden_columns(agent: Agent, hidden: Collection[str], now: float, colors: Mapping[str, str]) -> Text:

@@ -125,7 +125,7 @@ class GuardHeader(Static):
         text = Text("\n").join([line, line2, line3])
         text.no_wrap, text.overflow = True, "ellipsis"
         self._shown = (state, colors, readonly, frozen, view)
-        self.update(text)
+        self.update(text, layout=False)  # three lines, always
 
     @staticmethod
     def _guard_line(view: GuardView, stats: GuardStats, colors: Mapping[str, str]) -> Text:
