@@ -35,7 +35,7 @@ STATE_KEY = "cbconsole_agent"  # the per-invocation agent id, for runs without a
 
 
 class CircuitBreakerState(AgentState[Any]):
-    cbconsole_agent: NotRequired[Annotated[str, PrivateStateAttr]]
+    cbconsole_agent: NotRequired[Annotated[str, PrivateStateAttr]]  # type: ignore[valid-type]  # AgentState is a TypedDict; mypy sees Any here
 
 
 def _config_of(request: ToolCallRequest) -> dict[str, Any]:
@@ -133,7 +133,9 @@ def guarded_tool_node(
     if timeout is not None:
         options["timeout"] = timeout
     guard = LangGraphGuard(Breaker(harness, **options), agent_id)
-    return ToolNode(tools, wrap_tool_call=guard.wrap_tool_call, awrap_tool_call=guard.awrap_tool_call, **tool_node_options)
+    return ToolNode(
+        tools, wrap_tool_call=guard.wrap_tool_call, awrap_tool_call=guard.awrap_tool_call, **tool_node_options
+    )
 
 
 class CircuitBreakerMiddleware(AgentMiddleware[CircuitBreakerState, Any]):

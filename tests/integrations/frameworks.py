@@ -142,7 +142,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"INSTALL FAILED: {e}", file=sys.stderr)
             return 1
         total += fw.seconds
-        print(f"[frameworks] {extra}: {'installed in %.1f s' % fw.seconds if fw.seconds else 'cached'} ({fw.python})")
+        how = f"installed in {fw.seconds:.1f} s" if fw.seconds else "cached"
+        print(f"[frameworks] {extra}: {how} ({fw.python})")
     print(f"[frameworks] total {total:.1f} s")
     return 0
 

@@ -47,7 +47,14 @@ class Flavour:
 
 
 FLAVOURS = [
-    Flavour("langgraph", "langgraph", "langgraph", "langgraph_agent.py", ("agent",), stop_text="Stopped: the operator interrupted"),
+    Flavour(
+        "langgraph",
+        "langgraph",
+        "langgraph",
+        "langgraph_agent.py",
+        ("agent",),
+        stop_text="Stopped: the operator interrupted",
+    ),
     Flavour(
         "langgraph-graph",
         "langgraph",
@@ -188,14 +195,18 @@ def test_the_seventh_identical_call_is_denied_and_the_model_reads_why(installed,
     # the model was asked right after the first deny, and that request carried the deny text
     first_after = next(r for r in out.requests if len(r) == 7)
     assert DENY in first_after[-1]
-    stats = request(guard.operator, {"op": "stats", "id": 1})["stats"]  # over the guard's life (a run may end its agent)
+    stats = request(guard.operator, {"op": "stats", "id": 1})[
+        "stats"
+    ]  # over the guard's life (a run may end its agent)
     assert stats["checks"] == 9 and stats["denies"].get("duplicate") == 3, stats
 
 
 @pytest.mark.parametrize("name", [f.name for f in FLAVOURS])
 def test_an_operator_interrupt_stops_the_run(installed, guard, tmp_path, name):
     flavour = BY_NAME[name]
-    scenario = Scenario(installed[flavour.extra], flavour, tmp_path, guard.socket, "sync", "--calls", "9", "--pause-at", "3")
+    scenario = Scenario(
+        installed[flavour.extra], flavour, tmp_path, guard.socket, "sync", "--calls", "9", "--pause-at", "3"
+    )
     scenario.wait_ready()
     rows = agents_of(guard)  # mid-run: what the console shows
     assert len(rows) == 1, rows
@@ -214,7 +225,9 @@ def test_an_operator_interrupt_stops_the_run(installed, guard, tmp_path, name):
 @pytest.mark.parametrize("name", [f.name for f in FLAVOURS if f.nested])
 def test_a_sub_agent_is_shown_under_its_parent(installed, guard, tmp_path, name):
     flavour = BY_NAME[name]
-    scenario = Scenario(installed[flavour.extra], flavour, tmp_path, guard.socket, "nested", "--calls", "4", "--pause-at", "2")
+    scenario = Scenario(
+        installed[flavour.extra], flavour, tmp_path, guard.socket, "nested", "--calls", "4", "--pause-at", "2"
+    )
     scenario.wait_ready()
     rows = {r["agent"]: r for r in agents_of(guard)}
     children = [r for r in rows.values() if r["parent"] is not None]
@@ -246,7 +259,9 @@ def test_with_the_guard_down_it_fails_open_by_default(installed, tmp_path, name)
 def test_with_the_guard_down_fail_closed_denies_every_call_and_the_run_goes_on(installed, tmp_path, name):
     flavour = BY_NAME[name]
     nowhere = tmp_path / "nowhere" / "guard.sock"
-    out = run(installed, flavour, tmp_path / "run", nowhere, "sync", "--calls", "4", "--fail-closed", "--socket", str(nowhere))
+    out = run(
+        installed, flavour, tmp_path / "run", nowhere, "sync", "--calls", "4", "--fail-closed", "--socket", str(nowhere)
+    )
     assert out.error is None, out.raw.get("traceback")
     assert out.final == "done" and out.runs == 0
     assert len(out.last_seen) == 4 and all(UNAVAILABLE in r for r in out.last_seen), out.last_seen

@@ -4,13 +4,12 @@ speaks the chat-completions dialect to it)."""
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
 from crewai import LLM, Agent, Crew, Task
 from crewai.tools import tool
 
 from tests.e2e.fakemodel import FakeModel, ModelRequest, Reply, Text, ToolCall
-from tests.integrations.agents.common import FINAL, PROBE_ARGS, Probe, Record, finish, options, run_doc
+from tests.integrations.agents.common import FINAL, Probe, Record, args_for, finish, options, run_doc
 
 opts = options()
 probe = Probe(opts)
@@ -20,7 +19,7 @@ record = Record()
 def script(req: ModelRequest) -> Reply:
     record.saw(req.tool_results)
     if req.prior_calls < opts.calls:
-        return ToolCall("search", dict(PROBE_ARGS))
+        return ToolCall("search", args_for(opts, req.prior_calls))
     return Text(FINAL)
 
 
@@ -33,12 +32,13 @@ def search(query: str) -> str:
 def run() -> str:
     with FakeModel(script) as fm:
         llm = LLM(model="openai/scripted", base_url=f"{fm.url}/v1", api_key="dummy")
+        guard = None
         if opts.fail_closed:
             from breaker.integrations.crewai import install
 
-            install(fail_closed=True, socket_path=opts.socket)
-        else:
-            run_doc("crewai")
+            guard = install(fail_closed=True, socket_path=opts.socket)
+        elif not opts.unguarded:
+            guard = run_doc("crewai")["guard"]
         agent = Agent(
             role="searcher",
             goal="Find cbprobe.",
@@ -50,9 +50,13 @@ def run() -> str:
         )
         task = Task(description="Search for cbprobe.", expected_output="What you found.", agent=agent)
         crew = Crew(agents=[agent], tasks=[task])
-        if opts.mode == "async":
-            return str(asyncio.run(crew.kickoff_async()))
-        return str(crew.kickoff())
+        try:
+            if opts.mode == "async":
+                return str(asyncio.run(crew.kickoff_async()))
+            return str(crew.kickoff())
+        finally:
+            if guard is not None:
+                guard.uninstall()
 
 
 finish(opts, probe, record, run)

@@ -14,7 +14,7 @@ from langchain_core.outputs import ChatGeneration, ChatResult
 from langchain_core.tools import tool
 from langgraph.graph import END, START, MessagesState, StateGraph
 
-from tests.integrations.agents.common import FINAL, PROBE_ARGS, Probe, Record, finish, options, run_doc
+from tests.integrations.agents.common import FINAL, Probe, Record, args_for, finish, options, run_doc
 
 FLAVOUR = sys.argv.pop(1)  # agent | graph
 opts = options()
@@ -36,12 +36,14 @@ class ScriptedChatModel(BaseChatModel):
     def bind_tools(self, tools: Any, **kwargs: Any) -> ScriptedChatModel:
         return self
 
-    def _generate(self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kw: Any) -> ChatResult:
+    def _generate(
+        self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kw: Any
+    ) -> ChatResult:
         if self.tool == "search":
             record.saw([m.content for m in messages if isinstance(m, ToolMessage)])
         made = sum(len(getattr(m, "tool_calls", None) or []) for m in messages)
         if made < self.calls:
-            call = {"name": self.tool, "args": self.args or PROBE_ARGS, "id": f"call_{self.tool}_{made + 1}"}
+            call = {"name": self.tool, "args": self.args or args_for(opts, made), "id": f"call_{self.tool}_{made + 1}"}
             message = AIMessage(content="", tool_calls=[call])
         else:
             message = AIMessage(content=FINAL)
@@ -60,12 +62,20 @@ tools = [search]
 
 def build() -> Any:
     if FLAVOUR == "agent":
+        if opts.unguarded:
+            return create_agent(model, tools)
         if opts.fail_closed:
             from breaker.integrations.langgraph import CircuitBreakerMiddleware
 
-            return create_agent(model, tools, middleware=[CircuitBreakerMiddleware(fail_closed=True, socket_path=opts.socket)])
+            return create_agent(
+                model, tools, middleware=[CircuitBreakerMiddleware(fail_closed=True, socket_path=opts.socket)]
+            )
         return run_doc("langgraph", model=model, tools=tools)["agent"]
-    if opts.fail_closed:
+    if opts.unguarded:
+        from langgraph.prebuilt import ToolNode
+
+        tool_node = ToolNode(tools)
+    elif opts.fail_closed:
         from breaker.integrations.langgraph import guarded_tool_node
 
         tool_node = guarded_tool_node(tools, fail_closed=True, socket_path=opts.socket)
@@ -87,13 +97,13 @@ def build() -> Any:
     return graph.compile()
 
 
-agent = build()
 config = {"configurable": {"thread_id": f"thread-{opts.mode}"}} if FLAVOUR == "graph" else {}
 
 
 def run() -> str:
     if opts.mode == "nested":
         return run_nested()
+    agent = build()
     inputs = {"messages": [("user", "Search for cbprobe.")]}
     if opts.mode == "async":
         out = asyncio.run(agent.ainvoke(inputs, config))
@@ -104,6 +114,7 @@ def run() -> str:
 
 def run_nested() -> str:
     """A parent agent whose `research` tool runs the guarded agent above: its calls are the child's."""
+    agent = build()
 
     @tool
     def research(topic: str) -> str:

@@ -8,7 +8,7 @@ from typing import Any
 from agents import Agent, RunConfig, Runner, function_tool
 from agents.testing import ModelStep, ScriptedModel, assistant_message, function_call
 
-from tests.integrations.agents.common import FINAL, PROBE_ARGS, Probe, Record, finish, options, run_doc
+from tests.integrations.agents.common import FINAL, PROBE_ARGS, Probe, Record, args_for, finish, options, run_doc
 
 opts = options()
 probe = Probe(opts)
@@ -24,7 +24,7 @@ def scripted(tool: str, args: dict[str, Any], calls: int, *, log: bool) -> Scrip
         if log:
             record.saw([_output(i) for i in items if _kind(i) == "function_call_output"])
         if made < calls:
-            return [function_call(tool, args, call_id=f"call_{tool}_{made + 1}")]
+            return [function_call(tool, args_for(opts, made) if log else args, call_id=f"call_{tool}_{made + 1}")]
         return [assistant_message(FINAL)]
 
     return ScriptedModel([ModelStep.respond(respond) for _ in range(calls + 2)])
@@ -50,10 +50,14 @@ def search(query: str) -> str:
 
 
 def build(model: ScriptedModel, tools: list[Any], name: str = "searcher") -> Agent[Any]:
+    if opts.unguarded:
+        return Agent(name=name, model=model, tools=tools)
     if opts.fail_closed:
         from breaker.integrations.openai_agents import CircuitBreaker
 
-        return CircuitBreaker(fail_closed=True, socket_path=opts.socket).guard(Agent(name=name, model=model, tools=tools))
+        return CircuitBreaker(fail_closed=True, socket_path=opts.socket).guard(
+            Agent(name=name, model=model, tools=tools)
+        )
     return run_doc("openai-agents", model=model, tools=tools, name=name)["agent"]
 
 

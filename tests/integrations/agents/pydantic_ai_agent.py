@@ -9,7 +9,7 @@ from pydantic_ai import Agent, RunContext
 from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart, ToolReturnPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
-from tests.integrations.agents.common import FINAL, PROBE_ARGS, Probe, Record, finish, options, run_doc
+from tests.integrations.agents.common import FINAL, PROBE_ARGS, Probe, Record, args_for, finish, options, run_doc
 
 opts = options()
 probe = Probe(opts)
@@ -25,7 +25,8 @@ def scripted(tool: str, args: dict[str, Any], calls: int, *, log: bool) -> Funct
             record.saw([str(p.content) for p in parts if isinstance(p, ToolReturnPart)])
         made = sum(1 for p in parts if isinstance(p, ToolCallPart))
         if made < calls:
-            return ModelResponse(parts=[ToolCallPart(tool, dict(args), tool_call_id=f"call_{tool}_{made + 1}")])
+            call_args = args_for(opts, made) if log else dict(args)
+            return ModelResponse(parts=[ToolCallPart(tool, call_args, tool_call_id=f"call_{tool}_{made + 1}")])
         return ModelResponse(parts=[TextPart(FINAL)])
 
     return FunctionModel(respond)
@@ -37,6 +38,8 @@ def search(query: str) -> str:
 
 
 def build(model: FunctionModel, tools: list[Any]) -> Agent[Any, str]:
+    if opts.unguarded:
+        return Agent(model, tools=tools)
     if opts.fail_closed:
         from breaker.integrations.pydantic_ai import CircuitBreaker
 

@@ -7,7 +7,7 @@ from typing import Any
 from smolagents import ToolCallingAgent, tool
 from smolagents.models import ChatMessage, ChatMessageToolCall, ChatMessageToolCallFunction, MessageRole, Model
 
-from tests.integrations.agents.common import FINAL, PROBE_ARGS, Probe, Record, finish, options, run_doc
+from tests.integrations.agents.common import FINAL, PROBE_ARGS, Probe, Record, args_for, finish, options, run_doc
 
 opts = options()
 probe = Probe(opts)
@@ -28,12 +28,20 @@ class ScriptedModel(Model):
         super().__init__(model_id="scripted")
         self.tool, self.args, self.calls, self.log = tool, args, calls, log
 
-    def generate(self, messages: list[Any], stop_sequences: Any = None, response_format: Any = None, tools_to_call_from: Any = None, **kw: Any) -> ChatMessage:
+    def generate(
+        self,
+        messages: list[Any],
+        stop_sequences: Any = None,
+        response_format: Any = None,
+        tools_to_call_from: Any = None,
+        **kw: Any,
+    ) -> ChatMessage:
         observed = [_text(m) for m in messages if getattr(m, "role", None) == MessageRole.TOOL_RESPONSE]
         if self.log:
             record.saw(observed)
         made = len(observed)
-        name, args = (self.tool, dict(self.args)) if made < self.calls else ("final_answer", {"answer": FINAL})
+        args = args_for(opts, made) if self.log else dict(self.args)
+        name, args = (self.tool, args) if made < self.calls else ("final_answer", {"answer": FINAL})
         call = ChatMessageToolCall(ChatMessageToolCallFunction(args, name), f"call_{name}_{made + 1}", "function")
         return ChatMessage(role=MessageRole.ASSISTANT, content="", tool_calls=[call])
 
@@ -49,6 +57,8 @@ def search(query: str) -> str:
 
 
 def build(model: Model, tools: list[Any]) -> ToolCallingAgent:
+    if opts.unguarded:
+        return ToolCallingAgent(tools=tools, model=model)
     if opts.fail_closed:
         from breaker.integrations.smolagents import guard
 
