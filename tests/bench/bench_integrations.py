@@ -60,9 +60,10 @@ def main() -> None:
             for label, extra, script, argv in CASES:
                 fw = frameworks.ensure(extra)
                 out = t / f"{label}.json"
+                cmd = [str(fw.python), str(AGENTS / script), *argv, "bench", "--calls", str(calls)]
+                cmd += ["--rounds", str(rounds), "--out", str(out), "--results", "counter"]
                 subprocess.run(
-                    [str(fw.python), str(AGENTS / script), *argv, "bench", "--calls", str(calls)]
-                    + ["--rounds", str(rounds), "--out", str(out), "--results", "counter"],
+                    cmd,
                     env=fw.env({"CBCONSOLE_SOCKET": str(guard.socket)}),
                     cwd=t,
                     check=True,

@@ -91,7 +91,8 @@ def test_every_integration_has_a_harness_name_an_extra_a_docs_page_and_a_glossar
 
 
 def test_the_deny_text_is_the_guards_reason_or_names_the_rule():
-    assert deny_text(Decision(False, "duplicate", "Circuit breaker (duplicate): stop")) == "Circuit breaker (duplicate): stop"
+    reason = "Circuit breaker (duplicate): stop"
+    assert deny_text(Decision(False, "duplicate", reason)) == reason
     assert "cap" in deny_text(Decision(False, "cap", ""))
 
 
