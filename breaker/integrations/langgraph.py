@@ -2,8 +2,8 @@
 
 `create_agent(model, tools, middleware=[CircuitBreakerMiddleware()])` asks the guard before every tool
 call (`wrap_tool_call` / `awrap_tool_call`); a deny is the tool's error message (`ToolMessage`,
-`status="error"`) and the run goes on; an operator interrupt ends the run before the next model call
-(`before_model` jumps to the end, as LangChain's own call limits do). `guarded_tool_node(tools)` is a
+`status="error"`) and the run goes on; an operator interrupt ends the run at the next model call,
+whose answer is that the agent was stopped (`wrap_model_call`). `guarded_tool_node(tools)` is a
 `ToolNode` with the same wrapper for graphs built by hand, where an interrupt raises `AgentInterrupted`.
 
 Agent ids: the run's `thread_id`; without one, a new id per invocation (kept in the agent's state, and
@@ -19,7 +19,7 @@ from typing import Annotated, Any, NotRequired
 from breaker.integrations._common import AgentInterrupted, Breaker, Call, deny_text, missing
 
 try:
-    from langchain.agents.middleware import AgentMiddleware, AgentState, ToolCallRequest, hook_config
+    from langchain.agents.middleware import AgentMiddleware, AgentState, ToolCallRequest
     from langchain.agents.middleware.types import PrivateStateAttr
     from langchain_core.messages import AIMessage, ToolMessage
     from langgraph.config import get_config
@@ -60,7 +60,7 @@ class LangGraphGuard:
     def __init__(self, breaker: Breaker, agent_id: str | None = None) -> None:
         self.breaker = breaker
         self.default_agent = agent_id or f"langgraph-{uuid.uuid4().hex[:12]}"
-        self.stop_with_exception = True  # hand-built graphs: an interrupt raises; the middleware jumps to the end
+        self.stop_with_exception = True  # hand-built graphs: an interrupt raises; the middleware answers for the model
 
     def agent_of(self, config: dict[str, Any], state: Any) -> tuple[str, str | None]:
         """(agent, parent) for a call made under `config` with the agent's `state`."""
@@ -142,7 +142,7 @@ class CircuitBreakerMiddleware(AgentMiddleware[CircuitBreakerState, Any]):
     """Agent middleware for `langchain.agents.create_agent`: the guard before every tool call.
 
     A deny is the tool's error (`ToolMessage`, status `error`) and the model reads it; an operator
-    interrupt ends the run before its next model call with an `AIMessage` saying why.
+    interrupt ends the run in place of its next model call, with an `AIMessage` saying why.
     """
 
     state_schema = CircuitBreakerState
@@ -193,22 +193,22 @@ class CircuitBreakerMiddleware(AgentMiddleware[CircuitBreakerState, Any]):
         return None
 
     # -- the interrupt: no model call after it ------------------------------------------------------
+    # In the model node itself (`wrap_model_call`), not a `before_model` hook: a hook is one more graph node
+    # per step, which cost LangGraph steps 1.5x (bench_integrations.py).
 
-    def _stopped(self, state: CircuitBreakerState, *, poll: bool) -> dict[str, Any] | None:
-        agent = self.guard.agent_of(dict(get_config()), state)[0]
+    def _stopped(self, request: Any, *, poll: bool) -> AIMessage | None:
+        agent = self.guard.agent_of(dict(get_config()), request.state)[0]
         reason = self.breaker.interrupt_reason(agent, poll=poll)
         if reason is None:
             return None
-        text = f"Stopped: the operator interrupted this agent ({reason or 'no reason given'})."
-        return {"jump_to": "end", "messages": [AIMessage(content=text)]}
+        return AIMessage(content=f"Stopped: the operator interrupted this agent ({reason or 'no reason given'}).")
 
-    @hook_config(can_jump_to=["end"])
-    def before_model(self, state: CircuitBreakerState, runtime: Any) -> dict[str, Any] | None:
-        return self._stopped(state, poll=True)
+    def wrap_model_call(self, request: Any, handler: Callable[[Any], Any]) -> Any:
+        """An interrupted agent gets no model call: its answer is that it was stopped, which ends the run."""
+        return self._stopped(request, poll=True) or handler(request)
 
-    @hook_config(can_jump_to=["end"])
-    async def abefore_model(self, state: CircuitBreakerState, runtime: Any) -> dict[str, Any] | None:
-        return self._stopped(state, poll=False)  # the asyncio client takes pushed interrupts as they come
+    async def awrap_model_call(self, request: Any, handler: Callable[[Any], Awaitable[Any]]) -> Any:
+        return self._stopped(request, poll=False) or await handler(request)  # pushed interrupts come as they come
 
     # -- every tool call ----------------------------------------------------------------------------
 

@@ -43,8 +43,9 @@ def p99(xs: list[float]) -> float:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="a few calls: a smoke run, no figures")
-    ap.add_argument("--calls", type=int, default=100, help="calls per run")
-    ap.add_argument("--rounds", type=int, default=5, help="pairs of runs (guarded, unguarded) per framework")
+    ap.add_argument("--calls", type=int, default=40, help="calls per run (within every framework's default limits)")
+    ap.add_argument("--rounds", type=int, default=8, help="pairs of runs (guarded, unguarded) per framework")
+    ap.add_argument("--only", nargs="*", help="these frameworks only")
     a = ap.parse_args()
     calls, rounds = (6, 1) if a.quick else (a.calls, a.rounds)
     with tempfile.TemporaryDirectory(prefix="cbbench-") as tmp:
@@ -58,6 +59,8 @@ def main() -> None:
         try:
             print(f"{calls} calls a run, {rounds} guarded and {rounds} unguarded runs per framework; a 1 ms tool")
             for label, extra, script, argv in CASES:
+                if a.only and label not in a.only:
+                    continue
                 fw = frameworks.ensure(extra)
                 out = t / f"{label}.json"
                 cmd = [str(fw.python), str(AGENTS / script), *argv, "bench", "--calls", str(calls)]

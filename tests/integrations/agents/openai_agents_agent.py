@@ -67,9 +67,9 @@ def run() -> str:
         return run_nested(model)
     agent = build(model, [search])
     if opts.mode == "async":
-        result = asyncio.run(Runner.run(agent, "Search for cbprobe.", max_turns=50))
+        result = asyncio.run(Runner.run(agent, "Search for cbprobe.", max_turns=opts.calls + 10))
     else:
-        result = Runner.run_sync(agent, "Search for cbprobe.", max_turns=50)
+        result = Runner.run_sync(agent, "Search for cbprobe.", max_turns=opts.calls + 10)
     return str(result.final_output)
 
 
