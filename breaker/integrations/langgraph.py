@@ -2,9 +2,13 @@
 
 `create_agent(model, tools, middleware=[CircuitBreakerMiddleware()])` asks the guard before every tool
 call (`wrap_tool_call` / `awrap_tool_call`); a deny is the tool's error message (`ToolMessage`,
-`status="error"`) and the run goes on; an operator interrupt ends the run at the next model call,
-whose answer is that the agent was stopped (`wrap_model_call`). `guarded_tool_node(tools)` is a
-`ToolNode` with the same wrapper for graphs built by hand, where an interrupt raises `AgentInterrupted`.
+`status="error"`) and the run goes on; an operator interrupt raises `AgentInterrupted` out of the run at
+the agent's next tool call, as LangChain's own `ToolCallLimitMiddleware(exit_behavior="error")` stops
+one. `guarded_tool_node(tools)` is a `ToolNode` with the same wrapper for graphs built by hand.
+
+Only the tool call is wrapped: a `before_model` hook (one more graph node per step) or a
+`wrap_model_call` would stop an interrupted agent one model call sooner, but cost a step about 1.3x
+(`tests/bench/bench_integrations.py`), past the 1.2x this may add.
 
 Agent ids: the run's `thread_id`; without one, a new id per invocation (kept in the agent's state, and
 ended with the run). An agent run inside another guarded agent's tool is its child, `<parent>/<name>`.
@@ -21,7 +25,7 @@ from breaker.integrations._common import AgentInterrupted, Breaker, Call, deny_t
 try:
     from langchain.agents.middleware import AgentMiddleware, AgentState, ToolCallRequest
     from langchain.agents.middleware.types import PrivateStateAttr
-    from langchain_core.messages import AIMessage, ToolMessage
+    from langchain_core.messages import ToolMessage
     from langgraph.config import get_config
     from langgraph.prebuilt import ToolNode
     from langgraph.types import Command
@@ -60,7 +64,6 @@ class LangGraphGuard:
     def __init__(self, breaker: Breaker, agent_id: str | None = None) -> None:
         self.breaker = breaker
         self.default_agent = agent_id or f"langgraph-{uuid.uuid4().hex[:12]}"
-        self.stop_with_exception = True  # hand-built graphs: an interrupt raises; the middleware answers for the model
 
     def agent_of(self, config: dict[str, Any], state: Any) -> tuple[str, str | None]:
         """(agent, parent) for a call made under `config` with the agent's `state`."""
@@ -82,8 +85,7 @@ class LangGraphGuard:
         return ToolMessage(content=text, tool_call_id=tc.get("id") or "", name=tc["name"], status="error")
 
     def _stop(self, call: Call, reason: str) -> None:
-        if self.stop_with_exception:
-            raise AgentInterrupted(call.agent, reason)
+        raise AgentInterrupted(call.agent, reason)
 
     def wrap_tool_call(
         self, request: ToolCallRequest, handler: Callable[[ToolCallRequest], ToolMessage | Command[Any]]
@@ -142,7 +144,7 @@ class CircuitBreakerMiddleware(AgentMiddleware[CircuitBreakerState, Any]):
     """Agent middleware for `langchain.agents.create_agent`: the guard before every tool call.
 
     A deny is the tool's error (`ToolMessage`, status `error`) and the model reads it; an operator
-    interrupt ends the run in place of its next model call, with an `AIMessage` saying why.
+    interrupt raises `AgentInterrupted` out of the run at the agent's next tool call.
     """
 
     state_schema = CircuitBreakerState
@@ -161,7 +163,6 @@ class CircuitBreakerMiddleware(AgentMiddleware[CircuitBreakerState, Any]):
             options["timeout"] = timeout
         self.breaker = Breaker(harness, **options)
         self.guard = LangGraphGuard(self.breaker)
-        self.guard.stop_with_exception = False
 
     # -- the agent's id -----------------------------------------------------------------------------
 
@@ -191,24 +192,6 @@ class CircuitBreakerMiddleware(AgentMiddleware[CircuitBreakerState, Any]):
         if agent is not None:
             await self.breaker.aend(agent)
         return None
-
-    # -- the interrupt: no model call after it ------------------------------------------------------
-    # In the model node itself (`wrap_model_call`), not a `before_model` hook: a hook is one more graph node
-    # per step, which cost LangGraph steps 1.5x (bench_integrations.py).
-
-    def _stopped(self, request: Any, *, poll: bool) -> AIMessage | None:
-        agent = self.guard.agent_of(dict(get_config()), request.state)[0]
-        reason = self.breaker.interrupt_reason(agent, poll=poll)
-        if reason is None:
-            return None
-        return AIMessage(content=f"Stopped: the operator interrupted this agent ({reason or 'no reason given'}).")
-
-    def wrap_model_call(self, request: Any, handler: Callable[[Any], Any]) -> Any:
-        """An interrupted agent gets no model call: its answer is that it was stopped, which ends the run."""
-        return self._stopped(request, poll=True) or handler(request)
-
-    async def awrap_model_call(self, request: Any, handler: Callable[[Any], Awaitable[Any]]) -> Any:
-        return self._stopped(request, poll=False) or await handler(request)  # pushed interrupts come as they come
 
     # -- every tool call ----------------------------------------------------------------------------
 
