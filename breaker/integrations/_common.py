@@ -162,13 +162,14 @@ class Breaker:
         return self._decided(call, await self.aclient().check(call.agent, call.tool, call.args, **self._fields(call)))
 
     def report(self, call: Call, result: Any) -> None:
-        """The call ran: its result's digest goes to the guard (never the content)."""
+        """The call ran: its result's digest goes to the guard (never the content), without waiting for
+        the answer (the guard has it before this connection's next check)."""
         if self.results:
-            self.client.result(call.agent, result, **self._named(call))
+            self.client.result(call.agent, result, wait=False, **self._named(call))
 
     async def areport(self, call: Call, result: Any) -> None:
         if self.results:
-            await self.aclient().result(call.agent, result, **self._named(call))
+            await self.aclient().result(call.agent, result, wait=False, **self._named(call))
 
     @staticmethod
     def _named(call: Call) -> dict[str, Any]:
