@@ -7,8 +7,8 @@ the agent's next tool call, as LangChain's own `ToolCallLimitMiddleware(exit_beh
 one. `guarded_tool_node(tools)` is a `ToolNode` with the same wrapper for graphs built by hand.
 
 Only the tool call is wrapped: a `before_model` hook (one more graph node per step) or a
-`wrap_model_call` would stop an interrupted agent one model call sooner, but cost a step about 1.3x
-(`tests/bench/bench_integrations.py`), past the 1.2x this may add.
+`wrap_model_call` would stop an interrupted agent one model call sooner, but cost every step of every
+agent 1.5-3 ms more here (docs/performance.md).
 
 Agent ids: the run's `thread_id`; without one, a new id per invocation (kept in the agent's state, and
 ended with the run). An agent run inside another guarded agent's tool is its child, `<parent>/<name>`.
