@@ -252,13 +252,19 @@ class GuardClient:
         call_id: str | int | None = None,
         tool: str | None = None,
         args: Any = None,
+        wait: bool = True,
     ) -> Reported:
         """Report a call's result (after it ran): its `digest` (or the `result` itself, digested
         here with `result_digest`; only the digest is sent). Name the call by the `call_id` given
         to `check`, else by its `tool` and `args`. A repeat whose result changed counts as progress
         under rules with `progress`. Never raises: when the guard cannot be told, nothing happens
-        (the call counts as one whose result never came)."""
+        (the call counts as one whose result never came). `wait=False` sends it and returns at once
+        (`Reported(False, "")`): the guard still has it before this connection's next check, and the
+        call costs no round trip."""
         fields = _result_fields(agent, result, digest, call_id, tool, args)
+        if not wait:
+            self._post({"op": "result", **fields})
+            return Reported(False, "")
         try:
             return _reported(self.request("result", **fields))
         except (GuardUnavailable, GuardError):
@@ -276,6 +282,17 @@ class GuardClient:
         """Send one request and return its reply. Raises GuardUnavailable or GuardError."""
         with self._lock:
             return _reply(self._ask(lambda rid: {"op": op, "id": rid, **fields}))
+
+    def _post(self, frame: dict[str, Any]) -> None:
+        """Send a request without waiting: its reply is read (and dropped) with a later one."""
+        with self._lock:
+            if time.monotonic() < self._health.retry_at:
+                return
+            try:
+                sock = self._connect()
+                sock.sendall(self._session.send({**frame, "id": self._session.next_id()}))
+            except (GuardUnavailable, OSError):
+                self._drop()
 
     def poll_events(self) -> int:
         """Read pushed events (interrupts) without blocking; returns how many were handled."""
@@ -446,9 +463,13 @@ class AsyncGuardClient:
         call_id: str | int | None = None,
         tool: str | None = None,
         args: Any = None,
+        wait: bool = True,
     ) -> Reported:
         """As GuardClient.result."""
         fields = _result_fields(agent, result, digest, call_id, tool, args)
+        if not wait:
+            await self._post({"op": "result", "id": next(self._ids), **fields})
+            return Reported(False, "")
         try:
             return _reported(await self.request("result", **fields))
         except (GuardUnavailable, GuardError):
@@ -490,6 +511,17 @@ class AsyncGuardClient:
             self._pending.pop(rid, None)
         self._health.ok()
         return reply
+
+    async def _post(self, frame: dict[str, Any]) -> None:
+        """Send a request without waiting: its reply, when it comes, matches nothing and is dropped."""
+        if time.monotonic() < self._health.retry_at:
+            return
+        try:
+            async with asyncio.timeout(self.timeout):
+                writer = await self._connect()
+            writer.write(self._session.send(frame))
+        except (GuardUnavailable, OSError, TimeoutError):
+            await self._drop()
 
     async def connect(self) -> None:
         """Connect now (requests connect lazily); raises GuardUnavailable."""

@@ -74,6 +74,10 @@ PROMISES = {
         ),
         r"pre-execute \+ guard\s+median\s+[\d.]+ us\s+p99\s+[\d.]+ us\s+baseline median.*added median\s+-?[\d.]+ us",
     ],
+    "bench_integrations.py": [
+        rf"{name}\s+per call: {_MS_ROW}"
+        for name in ("langgraph", "openai-agents", "pydantic-ai", "smolagents", "crewai")
+    ],
     "bench_replay.py": [
         r"median\s+[\d.]+ us/call\s+p99\s+[\d.]+ us/call\s+= [\d,]+k calls/s",
         r"bare loop over the parsed calls\s+median\s+[\d.]+ us/call\s+ratio\s+[\d.]+x",

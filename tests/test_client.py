@@ -201,3 +201,51 @@ def test_async_client_subscribes_to_state_events(guard):
 
     first = asyncio.run(main())
     assert isinstance(first, StateFrame) and first.full is True and first.config is not None
+
+
+RECOMMENDED = "- id: circuit-breaker\n  config:\n    preset: recommended\n"
+
+
+def _allowed_with_results(check, report, results: list[str]) -> list[bool]:
+    """Identical calls, each one's result reported without waiting before the next call."""
+    out = []
+    for n, text in enumerate(results):
+        d = check(n)
+        out.append(d.allowed)
+        if d.allowed:
+            report(n, text)
+    return out
+
+
+def test_a_result_sent_without_waiting_is_in_force_for_the_next_check(guard_factory):
+    g = guard_factory(patch_text=RECOMMENDED)
+    with GuardClient(g.socket) as c:
+
+        def check(n: int, agent: str) -> Decision:
+            return c.check(agent, "poll", {"ci": 1}, call_id=f"{agent}-{n}")
+
+        def report(agent: str):
+            return lambda n, text: c.result(agent, text, call_id=f"{agent}-{n}", wait=False)
+
+        # a result that changes is progress: the third identical call in a row is allowed only because
+        # each result was in force before the next check
+        moving = _allowed_with_results(lambda n: check(n, "moving"), report("moving"), ["1", "2", "3"])
+        assert moving == [True, True, True]
+        # the control: the same result each time is no progress, and the third is denied (repeat)
+        stuck = _allowed_with_results(lambda n: check(n, "stuck"), report("stuck"), ["x", "x", "x"])
+        assert stuck == [True, True, False]
+
+
+def test_the_async_client_sends_a_result_without_waiting_in_order_with_its_checks(guard_factory):
+    g = guard_factory(patch_text=RECOMMENDED)
+
+    async def main() -> list[bool]:
+        async with AsyncGuardClient(g.socket) as c:
+            out = []
+            for n, text in enumerate(["1", "2", "3"]):
+                d = await c.check("a", "poll", {"ci": 1}, call_id=n)
+                out.append(d.allowed)
+                assert (await c.result("a", text, call_id=n, wait=False)) == (False, "")
+            return out
+
+    assert asyncio.run(main()) == [True, True, True]

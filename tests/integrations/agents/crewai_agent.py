@@ -1,0 +1,62 @@
+"""CrewAI with a scripted OpenAI-compatible model server on 127.0.0.1 (tests/e2e/fakemodel.py; CrewAI's LLM
+speaks the chat-completions dialect to it)."""
+
+from __future__ import annotations
+
+import asyncio
+
+from crewai import LLM, Agent, Crew, Task
+from crewai.tools import tool
+
+from tests.e2e.fakemodel import FakeModel, ModelRequest, Reply, Text, ToolCall
+from tests.integrations.agents.common import FINAL, Probe, Record, args_for, finish, options, run_doc
+
+opts = options()
+probe = Probe(opts)
+record = Record()
+
+
+def script(req: ModelRequest) -> Reply:
+    record.saw(req.tool_results)
+    if req.prior_calls < opts.calls:
+        return ToolCall("search", args_for(opts, req.prior_calls))
+    return Text(FINAL)
+
+
+@tool("search")
+def search(query: str) -> str:
+    """Search for the query."""
+    return probe(query)
+
+
+def run() -> str:
+    with FakeModel(script) as fm:
+        llm = LLM(model="openai/scripted", base_url=f"{fm.url}/v1", api_key="dummy")
+        guard = None
+        if opts.fail_closed:
+            from breaker.integrations.crewai import install
+
+            guard = install(fail_closed=True, socket_path=opts.socket)
+        elif not opts.unguarded:
+            guard = run_doc("crewai")["guard"]
+        agent = Agent(
+            role="searcher",
+            goal="Find cbprobe.",
+            backstory="You search.",
+            tools=[search],
+            llm=llm,
+            cache=False,  # else CrewAI answers a repeated call from its cache and the tool's runs are not the calls
+            max_iter=50,
+        )
+        task = Task(description="Search for cbprobe.", expected_output="What you found.", agent=agent)
+        crew = Crew(agents=[agent], tasks=[task])
+        try:
+            if opts.mode == "async":
+                return str(asyncio.run(crew.kickoff_async()))
+            return str(crew.kickoff())
+        finally:
+            if guard is not None:
+                guard.uninstall()
+
+
+finish(opts, probe, record, run)
