@@ -56,6 +56,7 @@ log = logging.getLogger("cbconsole.client")
 
 DEFAULT_TIMEOUT = 0.5  # seconds a tool call may wait for the guard before the failure mode applies
 RETRY_AFTER_TIMEOUT = 1.0  # after a timeout (a hung guard), skip asking for this long: fail fast instead
+DEFERRED_MAX = 64  # requests sent without waiting that wait for the next request to go with it (see `_post`)
 
 
 class GuardError(RuntimeError):
@@ -221,6 +222,7 @@ class GuardClient:
         self._ids = itertools.count(1)  # shared by every connection's session: an id is never reused
         self._session = ClientSession(ids=self._ids)
         self._lock = threading.Lock()
+        self._deferred: list[dict[str, Any]] = []  # see `_post`
 
     @property
     def misses(self) -> int:
@@ -259,8 +261,8 @@ class GuardClient:
         to `check`, else by its `tool` and `args`. A repeat whose result changed counts as progress
         under rules with `progress`. Never raises: when the guard cannot be told, nothing happens
         (the call counts as one whose result never came). `wait=False` sends it and returns at once
-        (`Reported(False, "")`): the guard still has it before this connection's next check, and the
-        call costs no round trip."""
+        (`Reported(False, "")`): it goes with this client's next request, in the same write, so the guard
+        has it before that request and the call costs neither a round trip nor a write of its own."""
         fields = _result_fields(agent, result, digest, call_id, tool, args)
         if not wait:
             self._post({"op": "result", **fields})
@@ -284,15 +286,28 @@ class GuardClient:
             return _reply(self._ask(lambda rid: {"op": op, "id": rid, **fields}))
 
     def _post(self, frame: dict[str, Any]) -> None:
-        """Send a request without waiting: its reply is read (and dropped) with a later one."""
+        """A request sent without waiting for its reply (read, and dropped, with a later one). It goes with the
+        next request, in the same write: one wakeup of the guard per tool call rather than two. Sent at once
+        when DEFERRED_MAX wait already, and on `close`."""
         with self._lock:
             if time.monotonic() < self._health.retry_at:
                 return
-            try:
-                sock = self._connect()
-                sock.sendall(self._session.send({**frame, "id": self._session.next_id()}))
-            except (GuardUnavailable, OSError):
-                self._drop()
+            self._deferred.append(frame)
+            if len(self._deferred) >= DEFERRED_MAX:
+                self._send_deferred()
+
+    def _send_deferred(self) -> None:
+        try:
+            sock = self._connect()
+            sock.sendall(self._take_deferred())
+        except (GuardUnavailable, OSError):
+            self._drop()
+
+    def _take_deferred(self) -> bytes:
+        """The waiting requests, encoded on the current connection (ids from its session), and no longer waiting."""
+        frames, self._deferred = self._deferred, []
+        session = self._session
+        return b"".join(session.send({**frame, "id": session.next_id()}) for frame in frames)
 
     def poll_events(self) -> int:
         """Read pushed events (interrupts) without blocking; returns how many were handled."""
@@ -323,6 +338,8 @@ class GuardClient:
 
     def close(self) -> None:
         with self._lock:
+            if self._deferred and self._sock is not None:
+                self._send_deferred()  # what was posted still reaches the guard
             self._drop()
 
     def __enter__(self) -> GuardClient:
@@ -339,8 +356,9 @@ class GuardClient:
         deadline = time.monotonic() + self.timeout
         try:
             sock = self._connect()
+            deferred = self._take_deferred() if self._deferred else b""
             rid = self._session.next_id()
-            sock.sendall(self._session.send(build(rid)))
+            sock.sendall(deferred + self._session.send(build(rid)))
             reply = self._read(sock, rid, deadline)
         except TimeoutError:
             self._drop()
@@ -431,6 +449,7 @@ class AsyncGuardClient:
         self._ids = itertools.count(1)  # shared by every connection's session: an id is never reused
         self._session = ClientSession(ids=self._ids)
         self._pending: dict[int, asyncio.Future[dict[str, Any]]] = {}
+        self._deferred: list[dict[str, Any]] = []  # see `_post`
         self._writer: asyncio.StreamWriter | None = None
         self._reader_task: asyncio.Task[None] | None = None
         self._connecting: asyncio.Lock | None = None
@@ -468,7 +487,7 @@ class AsyncGuardClient:
         """As GuardClient.result."""
         fields = _result_fields(agent, result, digest, call_id, tool, args)
         if not wait:
-            await self._post({"op": "result", "id": next(self._ids), **fields})
+            self._post({"op": "result", **fields})
             return Reported(False, "")
         try:
             return _reported(await self.request("result", **fields))
@@ -496,7 +515,9 @@ class AsyncGuardClient:
         try:
             async with asyncio.timeout(limit):
                 writer = await self._connect()
-                writer.write(self._session.send(frame))
+                writer.write(
+                    self._take_deferred() + self._session.send(frame) if self._deferred else self._session.send(frame)
+                )
                 reply = await future
         except TimeoutError:
             self._health.retry_at = time.monotonic() + RETRY_AFTER_TIMEOUT
@@ -512,16 +533,19 @@ class AsyncGuardClient:
         self._health.ok()
         return reply
 
-    async def _post(self, frame: dict[str, Any]) -> None:
-        """Send a request without waiting: its reply, when it comes, matches nothing and is dropped."""
+    def _post(self, frame: dict[str, Any]) -> None:
+        """A request sent without waiting for its reply (which matches nothing and is dropped): it goes with
+        the next request, in the same write (as GuardClient._post). Past DEFERRED_MAX waiting, and on `close`,
+        they go on a connection already open."""
         if time.monotonic() < self._health.retry_at:
             return
-        try:
-            async with asyncio.timeout(self.timeout):
-                writer = await self._connect()
-            writer.write(self._session.send(frame))
-        except (GuardUnavailable, OSError, TimeoutError):
-            await self._drop()
+        self._deferred.append(frame)
+        if len(self._deferred) >= DEFERRED_MAX and self._writer is not None:
+            self._writer.write(self._take_deferred())
+
+    def _take_deferred(self) -> bytes:
+        frames, self._deferred = self._deferred, []
+        return b"".join(self._session.send({**frame, "id": next(self._ids)}) for frame in frames)
 
     async def connect(self) -> None:
         """Connect now (requests connect lazily); raises GuardUnavailable."""
@@ -598,6 +622,10 @@ class AsyncGuardClient:
                 await task
 
     async def close(self) -> None:
+        if self._deferred and self._writer is not None:
+            with contextlib.suppress(OSError):
+                self._writer.write(self._take_deferred())  # what was posted still reaches the guard
+                await self._writer.drain()
         await self._drop()
 
     async def __aenter__(self) -> AsyncGuardClient:

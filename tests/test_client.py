@@ -219,7 +219,7 @@ def _allowed_with_results(check, report, results: list[str]) -> list[bool]:
 
 def test_a_result_sent_without_waiting_is_in_force_for_the_next_check(guard_factory):
     g = guard_factory(patch_text=RECOMMENDED)
-    with GuardClient(g.socket) as c:
+    with GuardClient(g.socket, timeout=30) as c:
 
         def check(n: int, agent: str) -> Decision:
             return c.check(agent, "poll", {"ci": 1}, call_id=f"{agent}-{n}")
@@ -240,12 +240,30 @@ def test_the_async_client_sends_a_result_without_waiting_in_order_with_its_check
     g = guard_factory(patch_text=RECOMMENDED)
 
     async def main() -> list[bool]:
-        async with AsyncGuardClient(g.socket) as c:
+        async with AsyncGuardClient(g.socket, timeout=30) as c:
             out = []
             for n, text in enumerate(["1", "2", "3"]):
                 d = await c.check("a", "poll", {"ci": 1}, call_id=n)
                 out.append(d.allowed)
                 assert (await c.result("a", text, call_id=n, wait=False)) == (False, "")
             return out
+
+    assert asyncio.run(main()) == [True, True, True]
+
+
+def test_a_result_sent_without_waiting_still_reaches_the_guard_when_the_client_closes_first(guard_factory):
+    g = guard_factory(patch_text=RECOMMENDED)
+    for n, text in enumerate(["1", "2", "3"]):  # each call on a client of its own, closed right after its result
+        with GuardClient(g.socket, timeout=30) as c:
+            assert c.check("closing", "poll", {"ci": 1}, call_id=n).allowed, n  # progress: each result got there
+            c.result("closing", text, call_id=n, wait=False)
+
+    async def main() -> list[bool]:
+        out = []
+        for n, text in enumerate(["1", "2", "3"]):
+            async with AsyncGuardClient(g.socket, timeout=30) as c:
+                out.append((await c.check("closing-async", "poll", {"ci": 1}, call_id=n)).allowed)
+                await c.result("closing-async", text, call_id=n, wait=False)
+        return out
 
     assert asyncio.run(main()) == [True, True, True]

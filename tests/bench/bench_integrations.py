@@ -18,6 +18,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -38,6 +39,22 @@ CASES = [  # (label, extra, scenario, its arguments)
 
 def p99(xs: list[float]) -> float:
     return sorted(xs)[min(len(xs) - 1, int(len(xs) * 0.99))]
+
+
+def bare_check_after(sock: Path, gap: float, n: int) -> float:
+    """The median round trip of a bare `GuardClient.check` made `gap` seconds after the last one, in ms: the
+    least a guarded step can cost more than an unguarded one. On a VM whose idle vCPUs sleep, a round trip
+    after a pause costs several times one made back to back (waking both processes' vCPUs)."""
+    from breaker.client import GuardClient
+
+    lat = []
+    with GuardClient(sock, timeout=5.0, harness="floor") as client:
+        for i in range(n):
+            time.sleep(gap)
+            t0 = time.perf_counter()
+            client.check(f"floor-{i % 10}", "read", {"n": i})
+            lat.append(time.perf_counter() - t0)
+    return statistics.median(lat) * 1000
 
 
 def main() -> None:
@@ -79,9 +96,11 @@ def main() -> None:
                 g = [s * 1000 for s in got["guarded"]]
                 b = [s * 1000 for s in got["baseline"]]
                 gm, bm = statistics.median(g), statistics.median(b)
+                floor = bare_check_after(guard.socket, bm / 1000, 20 if a.quick else 200)
                 print(
                     f"{label:14} per call: median {gm:7.2f} ms  p99 {p99(g):7.2f} ms  "
-                    f"baseline median {bm:7.2f} ms  p99 {p99(b):7.2f} ms  ratio {gm / bm:.2f}x"
+                    f"baseline median {bm:7.2f} ms  p99 {p99(b):7.2f} ms  ratio {gm / bm:.2f}x  "
+                    f"(floor: one bare check a step apart {floor:.2f} ms, {(bm + floor) / bm:.2f}x)"
                 )
         finally:
             guard.stop()
