@@ -45,19 +45,13 @@ def report_json(state: ConsoleState, saved_at: datetime, selected: str | None = 
     each guard under `guards`, and each agent, call and trip says its guard (`guard`, its label)."""
     if state.fleet:
         return _fleet_report(state, saved_at, selected)
-    stats = state.stats
+    guard = _guard_json(state.guards[0])
     return {
         "saved_at": saved_at.isoformat(timespec="seconds"),
         "console_version": __version__,
-        "guard": {
-            "socket": stats.socket if stats else None,
-            "operator_socket": stats.operator_socket if stats else None,
-            "pid": stats.pid if stats else None,
-            "status": state.guard_status,
-            "note": state.guard_note,
-        },
-        "stats": stats.to_json() if stats else None,
-        "config": state.config.to_json(),
+        "guard": {k: guard[k] for k in ("socket", "operator_socket", "pid", "status", "note")},
+        "stats": guard["stats"],
+        "config": guard["config"],
         "selected": selected,
         "marked": sorted(state.marked),
         "filter": state.filter,

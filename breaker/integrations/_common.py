@@ -73,14 +73,14 @@ class Breaker:
         harness: str,
         *,
         socket_path: str | os.PathLike[str] | None = None,
-        timeout: float = DEFAULT_TIMEOUT,
+        timeout: float | None = None,
         fail_closed: bool = False,
         results: bool = True,
         on_interrupt: Callable[[str, str], Any] | None = None,
     ) -> None:
         self.harness = harness
         self.socket_path = socket_path
-        self.timeout = timeout
+        self.timeout = DEFAULT_TIMEOUT if timeout is None else timeout  # None: the client library's default
         self.fail_closed = fail_closed
         self.results = results  # report each call's result (for the rules with `progress`, and `stall`)
         self.on_interrupt = on_interrupt

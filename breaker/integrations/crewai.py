@@ -116,10 +116,7 @@ def install(
     timeout: float | None = None,
 ) -> CrewAIGuard:
     """Register the guard's hooks for every crew of this process; returns them (`.uninstall()` removes them)."""
-    options: dict[str, Any] = {"fail_closed": fail_closed, "socket_path": socket_path}
-    if timeout is not None:
-        options["timeout"] = timeout
-    guard = CrewAIGuard(Breaker(harness, **options))
+    guard = CrewAIGuard(Breaker(harness, fail_closed=fail_closed, socket_path=socket_path, timeout=timeout))
     register_before_tool_call_hook(guard.before_tool_call)
     register_after_tool_call_hook(guard.after_tool_call)
     register_before_llm_call_hook(guard.before_llm_call)

@@ -131,10 +131,9 @@ def guarded_tool_node(
     """A `ToolNode` that asks the guard before each call. The agent is the run's `thread_id`, else
     `agent_id` (one id for every run of this node, made up when not given). An operator interrupt raises
     `AgentInterrupted` out of the graph's run."""
-    options: dict[str, Any] = {"fail_closed": fail_closed, "socket_path": socket_path}
-    if timeout is not None:
-        options["timeout"] = timeout
-    guard = LangGraphGuard(Breaker(harness, **options), agent_id)
+    guard = LangGraphGuard(
+        Breaker(harness, fail_closed=fail_closed, socket_path=socket_path, timeout=timeout), agent_id
+    )
     return ToolNode(
         tools, wrap_tool_call=guard.wrap_tool_call, awrap_tool_call=guard.awrap_tool_call, **tool_node_options
     )
@@ -158,10 +157,7 @@ class CircuitBreakerMiddleware(AgentMiddleware[CircuitBreakerState, Any]):
         timeout: float | None = None,
     ) -> None:
         super().__init__()
-        options: dict[str, Any] = {"fail_closed": fail_closed, "socket_path": socket_path}
-        if timeout is not None:
-            options["timeout"] = timeout
-        self.breaker = Breaker(harness, **options)
+        self.breaker = Breaker(harness, fail_closed=fail_closed, socket_path=socket_path, timeout=timeout)
         self.guard = LangGraphGuard(self.breaker)
 
     # -- the agent's id -----------------------------------------------------------------------------

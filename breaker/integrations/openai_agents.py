@@ -50,10 +50,7 @@ class CircuitBreaker:
         socket_path: str | None = None,
         timeout: float | None = None,
     ) -> None:
-        options: dict[str, Any] = {"fail_closed": fail_closed, "socket_path": socket_path}
-        if timeout is not None:
-            options["timeout"] = timeout
-        self.breaker = Breaker(harness, **options)
+        self.breaker = Breaker(harness, fail_closed=fail_closed, socket_path=socket_path, timeout=timeout)
         self.default_run = f"openai-agents-{uuid.uuid4().hex[:12]}"  # when a run has neither group nor trace
         self._first: dict[str, str] = {}  # run -> its first agent
         self._lock = threading.Lock()

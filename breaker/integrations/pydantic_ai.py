@@ -44,10 +44,9 @@ class CircuitBreaker(AbstractCapability[Any]):
         socket_path: str | None = None,
         timeout: float | None = None,
     ) -> None:
-        options: dict[str, Any] = {"fail_closed": fail_closed, "socket_path": socket_path}
-        if timeout is not None:
-            options["timeout"] = timeout
-        self.breaker = Breaker(harness, on_interrupt=self._interrupted, **options)
+        self.breaker = Breaker(
+            harness, on_interrupt=self._interrupted, fail_closed=fail_closed, socket_path=socket_path, timeout=timeout
+        )
         self._live: dict[str, list[RunContext[Any]]] = {}  # agent -> its runs in progress
 
     @classmethod

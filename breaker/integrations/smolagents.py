@@ -80,10 +80,7 @@ def guard(
 ) -> MultiStepAgent:
     """Guard `agent`'s tools and its managed agents' (in place); returns the agent."""
     if breaker is None:
-        options: dict[str, Any] = {"fail_closed": fail_closed, "socket_path": socket_path}
-        if timeout is not None:
-            options["timeout"] = timeout
-        breaker = Breaker(harness, **options)
+        breaker = Breaker(harness, fail_closed=fail_closed, socket_path=socket_path, timeout=timeout)
     me = agent_id or f"smolagents-{agent.name or 'agent'}-{uuid.uuid4().hex[:8]}"
     for name, tool in list(agent.tools.items()):
         if name in UNGUARDED or isinstance(tool, GuardedTool):
