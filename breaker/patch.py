@@ -26,7 +26,7 @@ from yaml.events import AliasEvent
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 from breaker.config import Config, ConfigError, Problem, describe_value
-from breaker.paths import TempFileError, write_atomic
+from breaker.paths import FileProblem, TempFileError, read_regular, write_atomic
 
 __all__ = [
     "MAX_DEPTH",
@@ -257,30 +257,15 @@ class _Parsed:
 def _read_file(path: Path) -> bytes | None:
     """A layer file's bytes, or None if it does not exist; PatchError if it is not a readable patch file."""
     try:
-        # O_NONBLOCK: a FIFO put where a patch file belongs must not hang the guard in open().
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    except FileNotFoundError:
-        return None
-    except IsADirectoryError:
-        raise PatchError(path, "is a directory, not a patch file") from None
-    except OSError as exc:
-        raise PatchError(path, f"cannot be read: {exc.strerror or exc}") from None
-    try:
-        info = os.fstat(fd)
-        if stat.S_ISDIR(info.st_mode):
-            raise PatchError(path, "is a directory, not a patch file")
-        if not stat.S_ISREG(info.st_mode):
-            raise PatchError(path, "is not a regular file (a FIFO, socket or device?); a patch file is a YAML file")
-        with open(fd, "rb", closefd=False) as f:
-            data = f.read(MAX_FILE_BYTES + 1)
-    except OSError as exc:
-        raise PatchError(path, f"cannot be read: {exc.strerror or exc}") from None
-    finally:
-        os.close(fd)
-    if len(data) > MAX_FILE_BYTES:
-        limit = f"{MAX_FILE_BYTES / (1024 * 1024):g} MiB"
-        raise PatchError(path, f"is larger than {limit} (the limit for a patch file; real ones are a few KiB)")
-    return data
+        return read_regular(path, MAX_FILE_BYTES)  # a FIFO put where a patch file belongs never hangs the guard
+    except FileProblem as exc:
+        why = {
+            "directory": "is a directory, not a patch file",
+            "special": "is not a regular file (a FIFO, socket or device?); a patch file is a YAML file",
+            "large": f"is larger than {MAX_FILE_BYTES / (1024 * 1024):g} MiB (the limit for a patch file; real ones "
+            "are a few KiB)",
+        }.get(exc.kind, exc.why)
+        raise PatchError(path, why) from None
 
 
 def _decode(path: Path, data: bytes) -> str:

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
 __all__ = [
     "OPERATOR_SOCKET_ENV",
     "SOCKET_ENV",
+    "FileProblem",
     "SocketPathError",
     "TempFileError",
     "check_length",
@@ -30,6 +31,7 @@ __all__ = [
     "ensure_private_dir",
     "peer_ids",
     "peer_option",
+    "read_regular",
     "sun_path_max",
     "write_atomic",
 ]
@@ -260,6 +262,46 @@ def ensure_private_dir(directory: Path, *, override: str = _SOCKET_OVERRIDE) -> 
             f"{directory} is open to other users (mode {stat.S_IMODE(st.st_mode):04o}); the guard's socket must be "
             f"in a private directory: `chmod 700 {quoted}`, or {elsewhere}."
         )
+
+
+class FileProblem(OSError):
+    """`read_regular` found no file it may read: `kind` is "directory", "special" (a FIFO, socket or device),
+    "unreadable" or "large"; `why` says it in words."""
+
+    def __init__(self, kind: str, why: str) -> None:
+        super().__init__(why)
+        self.kind, self.why = kind, why
+
+
+def read_regular(path: str | os.PathLike[str], max_bytes: int) -> bytes | None:
+    """A small regular file's bytes (a symlink followed), None if nothing is there. Raises FileProblem naming
+    what is wrong: a directory, a FIFO, socket or device (opened without blocking: a FIFO put where a file
+    belongs never hangs the reader), unreadable, or over `max_bytes`."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None
+    except IsADirectoryError:
+        raise FileProblem("directory", "is a directory") from None
+    except OSError as exc:
+        raise FileProblem("unreadable", f"cannot be read: {exc.strerror or exc}") from None
+    try:
+        info = os.fstat(fd)
+        if stat.S_ISDIR(info.st_mode):
+            raise FileProblem("directory", "is a directory")
+        if not stat.S_ISREG(info.st_mode):
+            raise FileProblem("special", "is not a regular file (a FIFO, socket or device?)")
+        with open(fd, "rb", closefd=False) as f:
+            data = f.read(max_bytes + 1)
+    except FileProblem:
+        raise
+    except OSError as exc:
+        raise FileProblem("unreadable", f"cannot be read: {exc.strerror or exc}") from None
+    finally:
+        os.close(fd)
+    if len(data) > max_bytes:
+        raise FileProblem("large", f"is larger than {max_bytes / (1024 * 1024):g} MiB")
+    return data
 
 
 class TempFileError(OSError):

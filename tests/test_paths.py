@@ -468,3 +468,21 @@ def test_check_peer_names_another_user_from_the_platforms_answer():
     why = check_peer(_Answers(_ints(0, other) + b"\x00" * 68), "/x/guard.sock", "darwin")
     assert why is not None and f"uid {other}" in why and "/x/guard.sock" in why
     assert check_peer(_Answers(_ints(0, os.getuid()) + b"\x00" * 68), "/x/guard.sock", "darwin") is None
+
+
+def test_read_regular_reads_a_small_file_and_names_what_else_is_there(tmp_path):
+    from breaker.paths import FileProblem, read_regular
+
+    (tmp_path / "f").write_bytes(b"ok")
+    assert read_regular(tmp_path / "f", 10) == b"ok"
+    assert read_regular(tmp_path / "none", 10) is None
+    os.mkfifo(tmp_path / "fifo")  # opened without blocking: no writer, and still no hang
+    (tmp_path / "big").write_bytes(b"x" * 11)
+    kinds = {}
+    for name in ("fifo", "big"):
+        with pytest.raises(FileProblem) as info:
+            read_regular(tmp_path / name, 10)
+        kinds[name] = info.value.kind
+    with pytest.raises(FileProblem) as info:
+        read_regular(tmp_path, 10)
+    assert kinds == {"fifo": "special", "big": "large"} and info.value.kind == "directory"

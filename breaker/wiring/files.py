@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from breaker.paths import TempFileError, write_atomic
+from breaker.paths import FileProblem, TempFileError, read_regular, write_atomic
 
 __all__ = ["BACKUP_SUFFIX", "MAX_BYTES", "Change", "SetupError", "apply", "backup_path", "decode", "diff", "read"]
 
@@ -40,29 +40,15 @@ def backup_path(path: Path) -> Path:
 def read(path: Path) -> bytes | None:
     """A settings file's bytes (a symlink followed), None if there is none; SetupError if it cannot be one."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    except FileNotFoundError:
-        if os.path.islink(path):
-            raise SetupError(path, f"is a symbolic link to {os.readlink(path)}, which does not exist") from None
-        return None
-    except IsADirectoryError:
-        raise SetupError(path, "is a directory, not a settings file") from None
-    except OSError as exc:
-        raise SetupError(path, f"cannot be read: {exc.strerror or exc}") from None
-    try:
-        info = os.fstat(fd)
-        if stat.S_ISDIR(info.st_mode):
-            raise SetupError(path, "is a directory, not a settings file")
-        if not stat.S_ISREG(info.st_mode):
-            raise SetupError(path, "is not a regular file (a FIFO, socket or device?)")
-        with open(fd, "rb", closefd=False) as f:
-            data = f.read(MAX_BYTES + 1)
-    except OSError as exc:
-        raise SetupError(path, f"cannot be read: {exc.strerror or exc}") from None
-    finally:
-        os.close(fd)
-    if len(data) > MAX_BYTES:
-        raise SetupError(path, f"is larger than {MAX_BYTES // (1024 * 1024)} MiB; that is not a settings file")
+        data = read_regular(path, MAX_BYTES)
+    except FileProblem as exc:
+        why = {
+            "directory": "is a directory, not a settings file",
+            "large": f"is larger than {MAX_BYTES // (1024 * 1024)} MiB; that is not a settings file",
+        }.get(exc.kind, exc.why)
+        raise SetupError(path, why) from None
+    if data is None and os.path.islink(path):
+        raise SetupError(path, f"is a symbolic link to {os.readlink(path)}, which does not exist")
     return data
 
 

@@ -246,15 +246,7 @@ class Document:
         return node
 
     def get(self, path: tuple[str | int, ...], default: Any = None) -> Any:
-        value: Any = self.value
-        for step in path:
-            if isinstance(step, str) and isinstance(value, dict) and step in value:
-                value = value[step]
-            elif isinstance(step, int) and isinstance(value, list) and 0 <= step < len(value):
-                value = value[step]
-            else:
-                return default
-        return value
+        return lookup(self.value, path, default)
 
     def line_of(self, node: Node) -> int:
         return self.text.count("\n", 0, node.start) + 1
@@ -434,3 +426,15 @@ class Document:
         if self.text[inner_start:start].strip() == "" and self.text[end:inner_end].strip() == "":
             return [(inner_start, inner_end, "")]
         return [(self._gap_start(start), end, "")]
+
+
+def lookup(value: Any, path: tuple[str | int, ...], default: Any = None) -> Any:
+    """The value at `path` (object keys and list indexes) inside `value`, or `default` where there is none."""
+    for step in path:
+        if isinstance(step, str) and isinstance(value, dict) and step in value:
+            value = value[step]
+        elif isinstance(step, int) and isinstance(value, list) and 0 <= step < len(value):
+            value = value[step]
+        else:
+            return default
+    return value

@@ -32,7 +32,7 @@ from breaker.wiring.harnesses import (
     is_cbhook,
     resolve_name,
 )
-from breaker.wiring.jsontext import Document, JsonTextError
+from breaker.wiring.jsontext import Document, JsonTextError, lookup
 
 __all__ = ["Found", "Options", "Plan", "cbhook_entries", "main", "plan"]
 
@@ -146,14 +146,7 @@ def _without(doc: Document, found: Found, keep: Any) -> str:
 
 
 def _get(value: Any, path: tuple[str | int, ...]) -> Any:
-    for step in path:
-        if isinstance(step, str) and isinstance(value, dict) and step in value:
-            value = value[step]
-        elif isinstance(step, int) and isinstance(value, list) and 0 <= step < len(value):
-            value = value[step]
-        else:
-            return _MISSING
-    return value
+    return lookup(value, path, _MISSING)
 
 
 def _add_hooks(doc: Document, harness: str, hooks: tuple[Hook, ...], command: str) -> str:
