@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import subprocess
 import sys
+from datetime import UTC
 from pathlib import Path
 
 import pytest
@@ -208,3 +209,20 @@ def test_an_attach_path_is_an_operator_socket_by_its_name_else_a_harness_socket(
     given = tmp_path / "d" / path
     expected = given if path == "operator.sock" else tmp_path / "d-operator" / "operator.sock"
     assert operator_socket_for(given) == expected
+
+
+def test_an_incident_report_over_several_guards_names_each_guard_and_each_agents_guard():
+    from datetime import datetime
+
+    from console.report import report_json
+
+    state = ConsoleState(clock=lambda: 0.0, guards=["build", "laptop"])
+    trip = TripRow(time=1.0, agent="a", kind="duplicate", tool="bash", count=6, limit=6)
+    state.apply(full([row("a", worst=6, status="duplicate")], trips=[trip]), guard=0)
+    state.apply(full([row("a")], top_keys=[KeyRow("a", "read", 'read path="x"', 2)]), guard=1)
+    report = report_json(state, datetime(2026, 12, 1, tzinfo=UTC), selected="1\x1fa")
+    assert [g["label"] for g in report["guards"]] == ["build", "laptop"] and "guard" not in report
+    assert [(a["agent"], a["guard"]) for a in report["agents"]] == [("a", "build"), ("a", "laptop")]
+    assert [(t["agent"], t["guard"]) for t in report["trips"]] == [("a", "build")]
+    assert [(k["agent"], k["guard"]) for k in report["top_keys"]] == [("a", "laptop")]
+    assert report["selected"] == "a@laptop"
