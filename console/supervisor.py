@@ -6,6 +6,8 @@ import asyncio
 import contextlib
 import os
 import signal
+import socket
+import stat
 import sys
 import time
 from collections.abc import Callable
@@ -44,6 +46,25 @@ async def stop_process(proc: asyncio.subprocess.Process, grace: float = 5.0) -> 
         with contextlib.suppress(ProcessLookupError):
             proc.kill()
         await proc.wait()
+
+
+def remove_left_socket(path: Path) -> None:
+    """Remove the socket file a killed guard left at `path`: only a socket of ours that nobody listens on."""
+    try:
+        info = os.lstat(path)
+    except OSError:
+        return
+    if not stat.S_ISSOCK(info.st_mode) or info.st_uid != os.getuid():
+        return
+    with socket.socket(socket.AF_UNIX) as probe:
+        probe.settimeout(1.0)
+        try:
+            probe.connect(str(path))
+        except ConnectionRefusedError:
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+        except OSError:
+            pass  # a listener that is slow to answer, or a path we cannot reach: not ours to remove
 
 
 class GuardSupervisor:
@@ -142,6 +163,10 @@ class GuardSupervisor:
                 await self._watch
         if self.proc is not None:
             await stop_process(self.proc)
+            if self.proc.returncode == -signal.SIGKILL:  # it had no time to take its sockets away
+                self.note("the guard did not stop within 5 s of SIGTERM; it was killed")
+                for path in (self.socket_path, self.operator_socket):
+                    remove_left_socket(path)
 
     def detach(self) -> None:
         """Leave the guard running when the console exits."""

@@ -139,7 +139,7 @@ async def test_two_guards_one_console_each_action_goes_to_the_guard_that_owns_th
         table = app.query_one(AgentsTable)
         on_b = key_of(app, 1, "session-1")
         await until(pilot, lambda: table.row_count == 2, what="both agents")
-        assert table.ordered_keys[0] == on_b  # the looping one first
+        await until(pilot, lambda: table.ordered_keys[0] == on_b, what="the looping one first")
         labels = [v.label for v in app.state.guards]
         assert labels[0] != labels[1] and all(labels)  # the same host: told apart
         assert table.get_cell(on_b, "guard").plain == labels[1]

@@ -107,3 +107,24 @@ def test_the_config_values_are_decoded_once_and_a_bad_one_is_named():
     assert state.settings is None and "window" in state.settings_error
     state.set_config(ConfigFrame(values={}))
     assert state.settings is None and state.settings_error == "" and state.exempt == ()
+
+
+def test_a_socket_a_killed_guard_left_is_removed_and_a_live_one_never(tmp_path):
+    import socket as sockets
+
+    from console.supervisor import remove_left_socket
+
+    left, live, other = tmp_path / "left.sock", tmp_path / "live.sock", tmp_path / "file"
+    for path in (left, live):
+        s = sockets.socket(sockets.AF_UNIX)
+        s.bind(str(path))
+        if path == live:
+            s.listen()
+            keep = s
+        else:
+            s.close()  # bound, never listening: what a killed guard leaves
+    other.write_text("not a socket")
+    for path in (left, live, other, tmp_path / "missing.sock"):
+        remove_left_socket(path)
+    assert not left.exists() and live.exists() and other.exists()
+    keep.close()

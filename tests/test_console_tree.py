@@ -152,8 +152,9 @@ async def test_t_shows_subagents_right_after_their_parent_and_back_flat_with_the
         agents = ("session-calm", "other-busy", "sub-quiet", "sub-looper")
         await until(pilot, lambda: all(a in table.ordered_keys for a in agents), what="four agents")
         await until(pilot, lambda: table.get_cell("sub-looper", "status").plain == "duplicate", what="the loop")
-        flat = list(table.ordered_keys)
-        assert flat == ["sub-looper", "other-busy", "session-calm", "sub-quiet"]  # most dangerous first
+        flat = ["sub-looper", "other-busy", "session-calm", "sub-quiet"]  # most dangerous first
+        # A cell shows the agent's row as it is now; the order is the last frame drawn's: it follows at the next.
+        await until(pilot, lambda: list(table.ordered_keys) == flat, what="the table in danger order")
         table.move_cursor(row=table.get_row_index("sub-quiet"))
         await until(pilot, lambda: table.selected == "sub-quiet", what="sub-quiet selected")
 
