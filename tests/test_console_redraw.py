@@ -102,6 +102,7 @@ async def test_a_new_theme_recolours_the_top_calls_at_once_even_with_the_redraw_
         main = app.main
         now = [1000.0]
         main.monotonic = lambda: now[0]
+        main._keys_budget = (KEYS_BURST, now[0])  # the app's own flushes may have drawn (and spent) since it mounted
         data, agent = looping(9)
         app.state.apply(StateFrame.from_json(data))
         app.state.changed()

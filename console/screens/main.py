@@ -273,7 +273,7 @@ class MainScreen(Screen[None]):
             return False
         budget, then = self._keys_budget
         at = self.monotonic()
-        budget = min(KEYS_BURST, budget + (at - then) * KEYS_PER_S)
+        budget = min(KEYS_BURST, budget + max(0.0, at - then) * KEYS_PER_S)
         self._keys_budget = (budget, at)
         return budget >= 1
 
