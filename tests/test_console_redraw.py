@@ -9,9 +9,14 @@ frames and the clock alone, not on how fast this machine is.
 
 from __future__ import annotations
 
+import contextlib
 import copy
+from collections.abc import AsyncIterator
+
+from textual.pilot import Pilot
 
 from breaker.protocol import StateFrame
+from console.app import CBConsole
 from console.screens.main import KEYS_BURST, KEYS_PER_S
 from console.widgets.agents import AgentsTable
 from console.widgets.keys import KeysTable, row_keys
@@ -48,72 +53,78 @@ def worst_shown(table: AgentsTable, agent: str) -> str:
     return table.get_cell(agent, "worst").plain
 
 
-async def test_a_stream_of_frames_redraws_the_agents_each_frame_and_the_top_calls_a_burst_then_twice_a_second():
+class Clock:
+    """The redraw budget's clock, moved by the test."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@contextlib.asynccontextmanager
+async def main_screen(budget: float = KEYS_BURST) -> AsyncIterator[tuple[CBConsole, Clock, Pilot]]:
+    """The app mounted, its main screen's redraw budget `budget` on a clock the test moves (set after the app's
+    own flushes ran: under load one may have drawn, and spent, before the test starts)."""
     app = make_app("dark")
     async with app.run_test(size=(150, 40)) as pilot:
         await mounted(pilot)
-        main = app.main
-        now = [1000.0]
-        main.monotonic = lambda: now[0]
-        main._keys_budget = (KEYS_BURST, now[0])
-        keys, table = main.keys_table, main.agents_table
+        clock = Clock()
+        app.main.monotonic = clock
+        app.main._keys_budget = (budget, clock.now)
+        yield app, clock, pilot
+
+
+def show(app: CBConsole, count: int) -> str:
+    """A frame with the worst agent's repeated call at `count`, flushed at once (no await between the two: the
+    app's own 10 Hz flush cannot come between); returns that agent."""
+    data, agent = looping(count)
+    app.state.apply(StateFrame.from_json(data))
+    app.state.changed()
+    app.main.flush()
+    return agent
+
+
+async def test_a_stream_of_frames_redraws_the_agents_each_frame_and_the_top_calls_a_burst_then_twice_a_second():
+    async with main_screen() as (app, clock, _pilot):
+        keys, table = app.main.keys_table, app.main.agents_table
         keys_drawn = agents_drawn = 0
         first = 10
         for i in range(FRAMES):
-            data, agent = looping(first + i)
-            app.state.apply(StateFrame.from_json(data))
-            app.state.changed()
-            main.flush()  # no await between the frame and its flush: the app's own 10 Hz flush cannot come between
+            agent = show(app, first + i)
             keys_drawn += shown_count(keys, agent) == first + i
             agents_drawn += f"{first + i}/" in worst_shown(table, agent)
-            now[0] += STEP
+            clock.now += STEP
         assert agents_drawn == FRAMES
         most = KEYS_BURST + FRAMES * STEP * KEYS_PER_S
         assert KEYS_BURST <= keys_drawn <= most, f"top calls drawn for {keys_drawn} of {FRAMES} frames"
         assert keys_drawn < FRAMES / 2
 
         # The frames stop: within one refill the last frame's counts are shown, with nothing new from the guard.
-        now[0] += 1 / KEYS_PER_S
-        main.flush()
+        clock.now += 1 / KEYS_PER_S
+        app.main.flush()
         assert shown_count(keys, agent) == first + FRAMES - 1
 
 
 async def test_after_a_quiet_spell_a_change_reaches_the_top_calls_at_once():
-    app = make_app("dark")
-    async with app.run_test(size=(150, 40)) as pilot:
-        await mounted(pilot)
-        main = app.main
-        now = [1000.0]
-        main.monotonic = lambda: now[0]
-        main._keys_budget = (0.0, now[0])  # spent, as at the end of a stream
-        now[0] += KEYS_BURST / KEYS_PER_S  # quiet long enough to refill the whole burst
+    async with main_screen(budget=0.0) as (app, clock, _pilot):  # spent, as at the end of a stream
+        clock.now += KEYS_BURST / KEYS_PER_S  # quiet long enough to refill the whole burst
         for count in (7, 8, 9):
-            data, agent = looping(count)
-            app.state.apply(StateFrame.from_json(data))
-            app.state.changed()
-            main.flush()
-            assert shown_count(main.keys_table, agent) == count
+            agent = show(app, count)
+            assert shown_count(app.main.keys_table, agent) == count
 
 
 async def test_a_new_theme_recolours_the_top_calls_at_once_even_with_the_redraw_budget_spent():
-    app = make_app("dark")
-    async with app.run_test(size=(150, 40)) as pilot:
-        await mounted(pilot)
-        main = app.main
-        now = [1000.0]
-        main.monotonic = lambda: now[0]
-        main._keys_budget = (KEYS_BURST, now[0])  # the app's own flushes may have drawn (and spent) since it mounted
-        data, agent = looping(9)
-        app.state.apply(StateFrame.from_json(data))
-        app.state.changed()
-        main.flush()
-        keys = main.keys_table
+    async with main_screen() as (app, clock, pilot):
+        agent = show(app, 9)
+        keys = app.main.keys_table
         key = row_of(keys, agent)
         before = str(keys.get_cell(key, "count").style)
-        main._keys_budget = (0.0, now[0])
+        app.main._keys_budget = (0.0, clock.now)
         app.theme = "cbconsole-light"
         await pilot.pause()
-        main.flush()
+        app.main.flush()
         after = str(keys.get_cell(key, "count").style)
         assert after != before
-        assert after == main.roles()["trip"]
+        assert after == app.main.roles()["trip"]
