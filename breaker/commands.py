@@ -30,7 +30,10 @@ _PLACEHOLDER = re.compile(r"\{(agent|reason)\}")
 def fill_command(template: tuple[str, ...] | list[str], agent: str, reason: str) -> list[str]:
     """The interrupt command's argv: `{agent}` and `{reason}` replaced in each argument, in one pass
     (a reason holding "{agent}" stays as written). Never a shell string: each element is one argument,
-    and the program (the first element, which the config keeps free of placeholders) is never filled."""
+    and the program (the first element, which the config keeps free of placeholders) is never filled.
+    Both values are untrusted (a harness chose the id): the config refuses a placeholder anywhere in an
+    argv that names a shell or another interpreter, and the command also gets them as the environment
+    variables CBCONSOLE_AGENT and CBCONSOLE_REASON, which a script can quote safely."""
     values = {"agent": agent, "reason": reason}
     program, *args = template
     return [program, *(_PLACEHOLDER.sub(lambda m: values[m.group(1)], arg) for arg in args)]
@@ -42,7 +45,7 @@ class InterruptCommands:
     def __init__(self, timeout: float = TIMEOUT) -> None:
         self.timeout = timeout
         self.dropped = 0
-        self._waiting: deque[tuple[list[str], str]] = deque()  # (argv, agent)
+        self._waiting: deque[tuple[list[str], str, str]] = deque()  # (argv, agent, reason)
         self._running: set[asyncio.Task[None]] = set()
         self._stopped = False
 
@@ -51,8 +54,8 @@ class InterruptCommands:
         """Commands waiting or running."""
         return len(self._waiting) + len(self._running)
 
-    def submit(self, argv: list[str], agent: str) -> None:
-        if any(queued == agent for _argv, queued in self._waiting):
+    def submit(self, argv: list[str], agent: str, reason: str = "") -> None:
+        if any(queued == agent for _argv, queued, _reason in self._waiting):
             return  # already waiting for this agent: once is enough
         if len(self._waiting) >= QUEUED:
             self.dropped += 1
@@ -64,7 +67,7 @@ class InterruptCommands:
                     self.dropped,
                 )
             return
-        self._waiting.append((argv, agent))
+        self._waiting.append((argv, agent, reason))
         self._start()
 
     async def stop(self) -> None:
@@ -81,8 +84,8 @@ class InterruptCommands:
     def _start(self) -> None:
         loop = asyncio.get_running_loop()
         while self._waiting and len(self._running) < AT_ONCE and not self._stopped:
-            argv, agent = self._waiting.popleft()
-            task = loop.create_task(self._run(argv, agent), name="interrupt-command")
+            argv, agent, reason = self._waiting.popleft()
+            task = loop.create_task(self._run(argv, agent, reason), name="interrupt-command")
             self._running.add(task)
             task.add_done_callback(self._done)
 
@@ -91,11 +94,13 @@ class InterruptCommands:
         if not self._stopped:
             self._start()
 
-    async def _run(self, argv: list[str], agent: str) -> None:
+    async def _run(self, argv: list[str], agent: str, reason: str = "") -> None:
         """Run one command (no shell), bounded in time and output; log how it ended."""
+        env = {**os.environ, "CBCONSOLE_AGENT": agent, "CBCONSOLE_REASON": reason}
         try:
             proc = await asyncio.create_subprocess_exec(
                 *argv,
+                env=env,
                 stdin=asyncio.subprocess.DEVNULL,
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.STDOUT,
@@ -111,7 +116,7 @@ class InterruptCommands:
             else:
                 log.warning("interrupt command for agent %r could not start (%s): %s", agent, argv[0], exc)
             return
-        except ValueError as exc:
+        except ValueError as exc:  # a NUL or a lone surrogate (UnicodeEncodeError) in an argument or the id
             log.warning("interrupt command for agent %r could not start (%s): %s", agent, argv[0], exc)
             return
         kept = bytearray()

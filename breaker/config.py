@@ -99,7 +99,9 @@ class Setting:
     used_by: tuple[Part, ...]
     low: int = 0  # kind "int": the smallest value allowed
     high: int = 0  # kind "int": the largest
-    patch_only: bool = False  # runs a program: set only in the patch file the user edits, never over a socket
+    # Its effect reaches outside the guard (runs a program, writes a file, opens a port, sends data away): set
+    # only in the patch file the user edits, never over a socket. `patch_only` says why, in a few words.
+    patch_only: str = ""
     choices: tuple[str, ...] = ()  # kind "choice": the words allowed
     default_text: str = ""  # the docs' words for a default too long for a table cell (shown in full below it)
     attr: str = field(init=False)  # the Config attribute: the key in snake_case
@@ -176,18 +178,70 @@ class Setting:
             else:
                 found = describe_value(value)
         elif isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value):  # argv
-            if not value or (value[0] and "{agent}" not in value[0] and "{reason}" not in value[0]):
+            interpreter = _interpreter(value)
+            if not value or (value[0] and not _has_placeholder(value[0]) and interpreter is None):
                 return tuple(value)
-            # The program itself must be the operator's: an agent id comes from a harness, untrusted.
-            found = "a list whose first element (the program) is " + (
-                "empty" if not value[0] else f"{describe_value(value[0])}, which holds a placeholder"
-            )
+            # The program itself must be the operator's: an agent id comes from a harness, untrusted. Spliced
+            # into a shell's (or any interpreter's) code, an id like `$(...)` would run as a program.
+            if not value[0]:
+                found = "a list whose first element (the program) is empty"
+            elif _has_placeholder(value[0]):
+                found = (
+                    f"a list whose first element (the program) is {describe_value(value[0])}, which holds a placeholder"
+                )
+            else:
+                found = (
+                    f"{{agent}} or {{reason}} given to {interpreter!r}, which would run them as code "
+                    "(use $CBCONSOLE_AGENT and $CBCONSOLE_REASON from its environment instead)"
+                )
         elif isinstance(value, (list, tuple)):
             found = f"a list holding {describe_value(next(v for v in value if not isinstance(v, str)))}"
         else:
             found = describe_value(value)
         problems.append(Problem(self.key, self.expected, found, where))
         return value
+
+
+# Programs that run an argument as code. An interrupt command that names one may give it `{agent}` and
+# `{reason}` only after its code (the script, or the text after `-c`/`-e`): as the positional arguments a
+# script reads (`sh -c 'kill "$1"' sh {agent}`), never inside the code itself. Wrappers are seen through
+# (`env sh -c ...`, `sudo bash -c ...`). The second set builds a shell command line from all of its
+# arguments, so no placeholder may reach them at all.
+INTERPRETERS = frozenset(
+    "sh bash dash zsh ksh mksh ash yash fish csh tcsh rc es busybox toybox python pypy perl ruby node nodejs deno "
+    "bun php lua luajit tclsh wish awk gawk mawk nawk osascript".split()
+)
+SHELL_LINE_BUILDERS = frozenset("ssh su script xargs parallel expect make cmd pwsh powershell".split())
+
+
+def _has_placeholder(arg: str) -> bool:
+    return "{agent}" in arg or "{reason}" in arg
+
+
+def _program_name(arg: str) -> str:
+    name = arg.rsplit("/", 1)[-1]
+    return re.sub(r"[0-9.]+$", "", name) or name  # python3.11 -> python, bash5 -> bash
+
+
+def _interpreter(argv: Sequence[str]) -> str | None:
+    """The program of `argv` that would run `{agent}` or `{reason}` as code, if any (see INTERPRETERS)."""
+    if not any(_has_placeholder(a) for a in argv):
+        return None
+    for i, arg in enumerate(argv):
+        name = _program_name(arg)
+        if name in SHELL_LINE_BUILDERS:
+            return arg.rsplit("/", 1)[-1]
+        if name not in INTERPRETERS:
+            continue
+        # Its code is its first argument that is not an option (the text after -c or -e, or a script's path):
+        # options before it may take it as their value, so the placeholders must all come after it.
+        code = next((j for j in range(i + 1, len(argv)) if not argv[j].startswith("-") or argv[j] == "-"), len(argv))
+        if "--" in argv[i + 1 : code]:
+            code = argv.index("--", i + 1) + 1
+        if any(_has_placeholder(a) for a in argv[i : code + 1]):
+            return arg.rsplit("/", 1)[-1]
+        return None
+    return None
 
 
 PRESETS: dict[str, dict[str, Value]] = {
@@ -391,6 +445,7 @@ SETTINGS: tuple[Setting, ...] = (
         default="",
         used_by=("server",),
         help="append-only JSONL of each agent's first deny of each kind (empty = off)",
+        patch_only="writes a file wherever it names",
     ),
     Setting(
         key="maxAgents",
@@ -430,6 +485,7 @@ SETTINGS: tuple[Setting, ...] = (
         default="",
         used_by=("server",),
         help="serve Prometheus metrics at http://HOST:PORT/metrics (cbconsole --headless --metrics wins over it)",
+        patch_only="opens a TCP port other users and the network can reach",
     ),
     Setting(
         key="otelEvents",
@@ -437,6 +493,7 @@ SETTINGS: tuple[Setting, ...] = (
         default=False,
         used_by=("server",),
         help="export each deny and warning as an OpenTelemetry event (needs cbconsole[otel]; OTEL_* variables)",
+        patch_only="sends agent ids, tool names and deny texts to a collector",
     ),
     Setting(
         key="interruptCommand",
@@ -444,7 +501,7 @@ SETTINGS: tuple[Setting, ...] = (
         default=(),
         used_by=("server",),
         help="argv the guard runs on an operator interrupt, {agent} and {reason} filled in",
-        patch_only=True,
+        patch_only="runs a program",
     ),
 )
 
@@ -811,7 +868,9 @@ def settings_markdown(settings: Sequence[Setting] = SETTINGS) -> str:
     lines = ["| key | default | expected | read by | what it does |", "|---|---|---|---|---|"]
     for s in settings:
         default = s.default_text or f"`{_yaml(s.default)}`"
-        what = s.help + (". Set only in the patch file, never over a socket" if s.patch_only else "")
+        what = s.help
+        if s.patch_only:
+            what += f". Set only in the patch file, never over a socket: it {s.patch_only}"
         lines.append(f"| `{s.key}` | {_cell(default)} | {_cell(s.expected)} | {', '.join(s.used_by)} | {_cell(what)} |")
     for s in settings:
         if s.default_text:

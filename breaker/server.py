@@ -350,7 +350,7 @@ class GuardServer:
             elif isinstance(job, ConfigJob):
                 self._spawn(self._config_set(job))
             elif isinstance(job, CommandJob):
-                self.commands.submit(job.argv, job.agent)
+                self.commands.submit(job.argv, job.agent, job.reason)
                 session.stats.commands_dropped = self.commands.dropped
             elif isinstance(job, DecisionJob):
                 if self.otel is not None:

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from breaker import __version__
-from breaker.config import PATCH_ONLY_KEYS, ConfigError
+from breaker.config import BY_KEY, PATCH_ONLY_KEYS, ConfigError
 from breaker.engine import DENY_KINDS, AgentState, AgentView, Guard
 from breaker.keys import preview
 from breaker.protocol import (
@@ -96,7 +96,7 @@ ROWS_PER_PART = 25  # agent rows per state-frame part: one part takes a few hund
 HISTORY = 200  # calls kept per followed agent (only agents a console follows have a history)
 MAX_FOLLOWED = 64  # agents followed at once, across every connection: history memory is at most 64 x 200 calls
 FOLLOW_KEYS = 20  # repeated keys of its window sent with a followed agent's calls
-FORBIDDEN_KEYS = PATCH_ONLY_KEYS  # e.g. interruptCommand runs a program: only the patch file the user edits sets it
+FORBIDDEN_KEYS = PATCH_ONLY_KEYS  # their effect reaches outside the guard: only the patch file the user edits sets them
 
 
 class Slot:
@@ -239,6 +239,7 @@ class CommandJob:
 
     argv: list[str]
     agent: str
+    reason: str = ""
 
 
 @dataclass(slots=True)
@@ -736,7 +737,7 @@ class ServerSession:
         if self.fill_command is not None:
             argv = self.fill_command(agent, reason)
             if argv is not None:
-                self.jobs.append(CommandJob(argv, agent))
+                self.jobs.append(CommandJob(argv, agent, reason))
         return self._durable(ch, Done(notified=told).encode(req.id))
 
     def _uninterrupt(self, ch: Channel, req: Uninterrupt) -> Slot:
@@ -777,10 +778,10 @@ class ServerSession:
     def _config_set(self, ch: Channel, req: ConfigSet) -> bytes | Slot:
         forbidden = [k for k in FORBIDDEN_KEYS if k in req.changes]
         if forbidden:
+            why = "; ".join(f"{k} {BY_KEY[k].patch_only}" for k in forbidden)
             return ErrorReply(
                 "forbidden_key",
-                f"{', '.join(forbidden)} runs a program, so it is set only in the patch file you edit, "
-                "never over a socket",
+                f"{why}: set only in the patch file you edit, never over a socket",
             ).encode(req.id)
         try:  # every problem with the values themselves, at once (the job merges them with the file)
             self.guard.config.updated(req.changes)

@@ -155,3 +155,61 @@ def test_the_program_is_never_taken_from_the_agent_or_the_reason():
     with pytest.raises(ValueError, match=r"interruptCommand: .* which holds a placeholder"):
         Config.from_mapping({"interruptCommand": ["/usr/bin/{agent}", "x"]})
     assert fill_command(("{agent}", "{agent}"), "/tmp/evil", "") == ["{agent}", "/tmp/evil"]
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["sh", "-c", "kill {agent}"],
+        ["/bin/bash", "-lc", "echo {reason}"],
+        ["sh", "-e", "-c", "{agent}"],
+        ["env", "sh", "-c", "tmux kill-pane -t {agent}"],
+        ["sudo", "-u", "me", "bash", "-c", "{agent}"],
+        ["bash", "{agent}"],  # the script's path is code too
+        ["/usr/bin/python3.11", "-c", "import os; os.system('{agent}')"],
+        ["perl", "-p", "-e", "{agent}"],
+        ["ssh", "host", "pkill -f {agent}"],  # ssh joins its arguments into a shell command line
+        ["xargs", "kill", "{agent}"],
+    ],
+    ids=lambda argv: " ".join(argv),
+)
+def test_a_placeholder_in_an_interpreters_code_is_refused(argv):
+    """`[sh, -c, "... {agent} ..."]` spliced a harness-chosen id into shell code: `$(...)` in an id ran."""
+    with pytest.raises(ValueError, match=r"interruptCommand: .*which would run them as code.*CBCONSOLE_AGENT"):
+        Config.from_mapping({"interruptCommand": argv})
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["sh", "-c", 'kill "$1"', "sh", "{agent}"],  # the id as a positional argument: data, not code
+        ["python3", "-c", "import sys; print(sys.argv[1])", "{agent}", "--why={reason}"],
+        ["tmux", "send-keys", "-t", "{agent}", "C-c"],
+        ["sh", "-c", 'echo "$CBCONSOLE_AGENT"'],
+    ],
+    ids=lambda argv: " ".join(argv),
+)
+def test_an_interpreter_may_get_the_values_as_arguments_after_its_code(argv):
+    assert Config.from_mapping({"interruptCommand": argv}).interrupt_command == tuple(argv)
+
+
+def test_the_command_gets_the_agent_and_reason_in_its_environment(guard_factory, tmp_path):
+    out, pwned = tmp_path / "env.txt", tmp_path / "pwned"
+    script = f'printf "%s\\n%s" "$CBCONSOLE_AGENT" "$CBCONSOLE_REASON" > {out}'
+    g = guard_factory(patch_text=layer(["/bin/sh", "-c", script]))
+    agent, reason = f"$(touch {pwned})", "`touch {pwned}`; {agent}"
+    assert request(g.operator, {"op": "interrupt", "id": 1, "agent": agent, "reason": reason})["ok"] is True
+    assert wait_for(lambda: out.exists() and out.read_text().count("\n") == 1)
+    assert out.read_text() == f"{agent}\n{reason}"
+    assert not pwned.exists()
+
+
+def test_a_shell_template_in_the_patch_file_is_refused_and_the_last_good_config_kept(guard_factory, tmp_path):
+    pwned = tmp_path / "pwned"
+    g = guard_factory(patch_text=layer(["sh", "-c", "echo {agent}"]))
+    assert wait_for(lambda: "as code" in g.log.read_text()), g.log.read_text()
+    values = request(g.operator, {"op": "config_get", "id": 1})["config"]["values"]
+    assert values["interruptCommand"] == []
+    request(g.operator, {"op": "interrupt", "id": 2, "agent": f"$(touch {pwned})"})
+    denied = request(g.socket, {"op": "check", "id": 3, "agent": f"$(touch {pwned})", "tool": "bash", "args": {}})
+    assert denied["kind"] == "interrupted" and not pwned.exists()

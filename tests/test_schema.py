@@ -20,6 +20,7 @@ from textual.widgets import Input, Static, Switch
 
 from breaker import session
 from breaker.config import (
+    BY_KEY,
     DOCS,
     KEYS,
     PATCH_ONLY_KEYS,
@@ -136,9 +137,11 @@ def test_a_malformed_setting_row_is_refused_naming_what_is_wrong(row, says):
         Setting(**fields)
 
 
-def test_patch_only_keys_are_the_ones_the_guard_refuses_over_a_socket():
-    assert PATCH_ONLY_KEYS == ("interruptCommand",)
+def test_patch_only_keys_are_every_key_whose_effect_reaches_outside_the_guard():
+    # a program run, a file written anywhere, a port opened, data sent to a collector
+    assert PATCH_ONLY_KEYS == ("incidentLog", "metrics", "otelEvents", "interruptCommand")
     assert tuple(session.FORBIDDEN_KEYS) == PATCH_ONLY_KEYS
+    assert all(BY_KEY[k].patch_only and "\n" not in BY_KEY[k].patch_only for k in PATCH_ONLY_KEYS)
 
 
 # -- validation of every kind names the key, what was expected and what was found ----------------

@@ -85,6 +85,44 @@ def test_interrupt_command_cannot_be_set_even_on_the_operator_socket(guard):
     assert values["interruptCommand"] == []
 
 
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {"incidentLog": "~/.bashrc"},
+        {"metrics": "0.0.0.0:9464"},
+        {"otelEvents": True},
+        {"duplicateLimit": 3, "incidentLog": "/tmp/anywhere.jsonl"},
+    ],
+    ids=["incidentLog", "metrics", "otelEvents", "with-an-allowed-key"],
+)
+def test_keys_whose_effect_reaches_outside_the_guard_are_refused_on_the_operator_socket(guard, tmp_path, changes):
+    """incidentLog over the socket was a write-anywhere: `~/.bashrc`, then a trip with a tool named `$(...)`."""
+    reply = request(guard.operator, {"op": "config_set", "id": 1, "changes": changes})
+    assert reply["error"]["code"] == "forbidden_key"
+    assert "patch file" in reply["error"]["message"]
+    assert not guard.patch.exists() or "incidentLog" not in guard.patch.read_text()
+    values = request(guard.operator, {"op": "config_get", "id": 2})["config"]["values"]
+    assert values["incidentLog"] == "" and values["metrics"] == "" and values["otelEvents"] is False
+    assert values["duplicateLimit"] == 6  # nothing of a refused change applies
+    c = Conn(guard.socket)
+    for i in range(8):
+        c.ask(check(i, "agent-1", tool="$(touch /tmp/pwned)", args={"q": 1}))
+    assert not Path("/tmp/anywhere.jsonl").exists()
+
+
+def test_keys_whose_effect_reaches_outside_the_guard_still_apply_from_the_patch_file(guard, tmp_path):
+    log = tmp_path / "incidents.jsonl"
+    guard.patch.write_text(f"- id: circuit-breaker\n  config:\n    incidentLog: {log}\n    duplicateLimit: 2\n")
+    wait_until(
+        lambda: request(guard.operator, {"op": "config_get", "id": 1})["config"]["values"]["incidentLog"] == str(log),
+        what="the patch file's incidentLog in force",
+    )
+    c = Conn(guard.socket)
+    for i in range(3):
+        c.ask(check(i, "agent-1", args={"q": 1}))
+    wait_until(lambda: log.exists() and b'"duplicate"' in log.read_bytes(), what="the incident line")
+
+
 # -- 1a. a client never trusts a socket it has not checked ---------------------------------------------
 
 
