@@ -40,7 +40,7 @@ def call_digest(tool: str, args: Any, ignore: frozenset[str] = frozenset()) -> i
         return hash(_dumps((tool, args), option=_SORT))
     except _EncodeError as exc:
         if "Recursion" not in str(exc):
-            return None  # bytes, sets, integers beyond 64 bits: the guard cannot judge them, it fails open
+            return None  # bytes, sets, Python integers beyond 64 bits: the guard cannot judge them, it fails open
         deep = _deep_canonical((tool, args))  # nested past orjson's 254 levels: still the same call
         return None if deep is None else hash(deep)
     except Exception:  # anything else orjson cannot judge fails open too
@@ -91,6 +91,8 @@ def _deep_canonical(value: Any) -> bytes | None:
             out.append(str(item))
         elif isinstance(item, float):
             out.append(repr(item) if item == item and item not in (float("inf"), float("-inf")) else "null")
+        elif isinstance(item, orjson.Fragment):  # a number kept as its exact digits (protocol.loads_exact)
+            out.append(orjson.dumps(item).decode())
         elif depth >= _MAX_DEPTH:
             return None
         elif isinstance(item, (list, tuple)):

@@ -466,16 +466,42 @@ OPS: dict[str, type[Request]] = {
 HARNESS_OPS = frozenset(op for op, cls in OPS.items() if cls.plane == HARNESS)
 
 
-def _exact_id(frame: bytes | memoryview, rid: Any) -> Any:
-    """orjson reads integers past 64 bits as floats; the standard library's json keeps them exact."""
-    if type(rid) is float:
-        import json
+# Numbers: orjson reads an integer beyond 64 bits as a float (rounding distinct integers into one) and
+# refuses one beyond a double's range. A frame holding a run of 19 digits or more (any such integer has
+# them) is read again by the standard library's json, keeping each such integer as its literal digits: a
+# call's key then holds the number exactly, and no frame of valid JSON is refused for its numbers.
+_DIGITS_ONLY = bytes(0x39 if 0x30 <= b <= 0x39 else 0x20 for b in range(256))  # digits -> "9", all else " "
+_LONG_RUN = b"9" * 19
+_INT64 = range(-(2**63), 2**64)  # what orjson itself reads as an int: the same value on both paths
 
-        try:
-            return json.loads(bytes(frame)).get("id", rid)
-        except (ValueError, RecursionError):
-            return rid
-    return rid
+
+def _exact_int(text: str) -> Any:
+    if len(text) <= 18:
+        return int(text)
+    if len(text) <= 21 and int(text) in _INT64:  # at most 20 digits and a sign: int() is cheap
+        return int(text)
+    return orjson.Fragment(text.encode())  # written back as the same digits, never converted (no int limit)
+
+
+def _exact_float(text: str) -> Any:
+    value = float(text)
+    if value in (float("inf"), float("-inf")):
+        return orjson.Fragment(text.encode())  # 1e400: a valid JSON number no double holds
+    return value
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def loads_exact(frame: bytes | memoryview) -> Any:
+    """JSON as orjson reads it, except that numbers beyond what it reads exactly stay exact (see above)."""
+    import json
+
+    try:
+        return json.loads(bytes(frame), parse_int=_exact_int, parse_float=_exact_float, parse_constant=_no_constant)
+    except RecursionError:
+        raise ValueError("nested too deep") from None
 
 
 def decode_request(frame: bytes | memoryview) -> Request:
@@ -483,14 +509,18 @@ def decode_request(frame: bytes | memoryview) -> Request:
     try:
         msg = orjson.loads(frame)
     except orjson.JSONDecodeError as exc:
-        raise ProtocolError("bad_json", f"not valid JSON: {exc}") from None
+        try:
+            msg = loads_exact(frame)  # a number orjson refuses (311 digits, 1e400); else the frame is not JSON
+        except ValueError:
+            raise ProtocolError("bad_json", f"not valid JSON: {exc}") from None
+    else:
+        if _LONG_RUN in bytes(frame).translate(_DIGITS_ONLY):
+            msg = loads_exact(frame)  # an integer orjson may have rounded (any id, any args)
     if type(msg) is not dict:
         raise ProtocolError("not_object", f"a request must be a JSON object, found {_found(msg)}")
-    if msg.get("op") == "check" and type(msg.get("id")) is not float:
+    if msg.get("op") == "check":
         return Check.decode(msg)  # the hot path: one comparison instead of the lookups below
     rid = msg.get("id")
-    if type(rid) is float:
-        rid = msg["id"] = _exact_id(frame, rid)
     op = msg.get("op")
     if type(op) is not str:
         raise ProtocolError("bad_request", f"'op' must be a string, found {_found(op)}", rid)

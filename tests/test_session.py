@@ -485,3 +485,90 @@ def test_agent_rows_carry_warns_and_the_rule_behind_the_status():
     assert view is not None
     row = session.row(view).to_json()
     assert (row["status"], row["rule"], row["warns"]) == ("warned", "repeat", {"repeat": 1})
+
+
+# -- numbers: every valid JSON number is judged, exactly ------------------------------------------------
+
+
+def raw_check(rid: int, args_json: str, agent: str = "a") -> bytes:
+    return f'{{"op":"check","id":{rid},"agent":"{agent}","tool":"t","args":{args_json}}}\n'.encode()
+
+
+def decisions(session: ServerSession, ch, frames: list[bytes]) -> list[str]:
+    for data in frames:
+        session.receive(ch, data)
+    return [r.get("kind") or r.get("decision") or r["error"]["code"] for r in replies(session, ch)]
+
+
+@pytest.mark.parametrize(
+    "number",
+    ["1" * 311, "-" + "9" * 5000, "1e400", "-2.5E+999", str(2**64), str(-(2**63) - 1)],
+    ids=["311-digits", "5000-digits-negative", "1e400", "-2.5E+999", "2^64", "-2^63-1"],
+)
+def test_a_number_orjson_cannot_read_exactly_is_judged_like_any_other(number):
+    """A 311-digit integer was `bad_json`, and cbhook allowed it uncounted: no rule ever applied."""
+    session = make()
+    ch = session.open("harness", UID, 7)
+    same = [raw_check(i, f'{{"n":{number},"q":"x"}}') for i in range(7)]
+    assert decisions(session, ch, same) == ["allow"] * 6 + ["duplicate"]
+    assert session.guard.agent_view("a").calls == 6
+
+
+def test_distinct_integers_beyond_64_bits_are_distinct_calls():
+    """orjson reads 2**64+1 and 2**64+2 as the same float: six of one and one of the other were a duplicate."""
+    session = make(Config(duplicate_limit=2))
+    ch = session.open("harness", UID, 7)
+    calls = [raw_check(i, f"[{2**64 + i}]") for i in range(10)] + [
+        raw_check(10 + i, f"[{'7' * 300}{i}]") for i in range(10)
+    ]
+    assert decisions(session, ch, calls) == ["allow"] * 20
+
+
+def test_an_exact_number_keys_the_same_call_whatever_the_key_order_and_never_as_a_string():
+    session = make(Config(duplicate_limit=2))
+    ch = session.open("harness", UID, 7)
+    big = "3" * 40
+    calls = [
+        raw_check(1, f'{{"a":1,"n":{big}}}'),
+        raw_check(2, f'{{"n":{big}, "a":1}}'),
+        raw_check(3, f'{{"a":1,"n":{big}}}'),
+    ]
+    assert decisions(session, ch, calls) == ["allow", "allow", "duplicate"]
+    assert decisions(session, ch, [raw_check(4, f'{{"a":1,"n":"{big}"}}')]) == ["allow"]
+
+
+def test_numbers_that_orjson_reads_exactly_key_the_same_on_both_paths():
+    """A long digit run elsewhere in the frame (an id, a string) sends it through the exact reader: an
+    in-range integer must key the same as when orjson read it, or a duplicate would slip through."""
+    session = make(Config(duplicate_limit=2))
+    ch = session.open("harness", UID, 7)
+    calls = [
+        raw_check(1, '{"n":18446744073709551615,"f":0.1,"i":-9223372036854775808}'),
+        f'{{"op":"check","id":{"9" * 30},"agent":"a","tool":"t","args":{{"n":18446744073709551615,"f":0.1,'
+        '"i":-9223372036854775808}}\n'.encode(),
+    ]
+    assert decisions(session, ch, calls) == ["allow", "allow"]
+    assert decisions(session, ch, [raw_check(3, '{"i":-9223372036854775808,"f":0.1,"n":18446744073709551615}')]) == [
+        "duplicate"
+    ]
+
+
+def test_json_that_is_not_json_stays_bad_json():
+    session = make()
+    ch = session.open("harness", UID, 7)
+    frames = [
+        raw_check(1, "NaN"),
+        raw_check(2, "[Infinity]"),
+        raw_check(3, "[1,]"),
+        b'{"op":"check","id":4,"args":"\xff"}\n',
+    ]
+    assert decisions(session, ch, frames) == ["bad_json"] * 4
+
+
+def test_an_exact_number_nested_past_orjsons_depth_is_judged_too():
+    session = make()
+    ch = session.open("harness", UID, 7)
+    deep = "[" * 300 + "1" * 311 + "]" * 300
+    assert decisions(session, ch, [raw_check(i, deep) for i in range(7)]) == ["allow"] * 6 + ["duplicate"]
+    other = "[" * 300 + "1" * 310 + "2" + "]" * 300
+    assert decisions(session, ch, [raw_check(8, other)]) == ["allow"]
