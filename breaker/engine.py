@@ -11,7 +11,7 @@ from typing import Any
 import orjson
 
 from breaker.config import AGENT_LIMITS, Config
-from breaker.keys import call_digest, preview, tool_class_name
+from breaker.keys import Judged, call_digest, preview, tool_class_name
 
 __all__ = ["AgentState", "AgentView", "Guard", "GuardView", "KeyView", "Verdict"]
 
@@ -20,6 +20,10 @@ _dumps = orjson.dumps
 _TOOL_CACHE_MAX = 4096  # tool names seen are few; the cap only guards against a flood of junk names
 _PENDING_MAX = 64  # call ids remembered per agent while their results are awaited
 _REASON_CACHE_MAX = 4096
+# Which agents a flood of new ids may push out first. Tier 0: no deny yet and fewer than _NEW_CALLS
+# calls (what a flood of fresh ids is made of); tier 1: no deny yet; tier 2: denied at least once (a
+# trip, a cap). The least recently active agent of the lowest tier that holds one goes first.
+_NEW_CALLS = 10
 _PLACEHOLDER = re.compile(r"\{(tool|count|limit|kind|agent|rule|how)\}")
 INTERRUPTED_TEXT = "Circuit breaker (interrupted): the operator stopped this agent; do not call any more tools."
 
@@ -151,6 +155,7 @@ class _Agent:
         "stall_digest",
         "stall_n",
         "stall_tool",
+        "tier",
         "tool_calls",
         "warns",
     )
@@ -182,7 +187,61 @@ class _Agent:
         self.stall_tool: str | None = None
         self.stall_digest: str | None = None
         self.stall_n = 0
-        self.limits: dict[str, int] | None = None  # the operator's override of its cap / duplicate limit
+        self.limits: dict[str, int] | None = None  # the operator's override (Guard._limits holds it)
+        self.tier = 0  # its eviction tier (_NEW_CALLS)
+
+
+class _Ledger:
+    """What the guard keeps of an agent whose state went away (the harness ended it, or it was evicted):
+    the counts that must not start again if the same id comes back — its calls toward the cap and its
+    denies — without its window."""
+
+    __slots__ = ("calls", "denies", "last_seen", "last_tool", "tier", "tool_calls", "warns")
+
+    def __init__(self, st: _Agent) -> None:
+        self.calls = st.calls
+        self.denies = st.denies
+        self.warns = st.warns
+        self.tool_calls = st.tool_calls
+        self.last_tool = st.last_tool
+        self.last_seen = st.last_seen
+        self.tier = st.tier
+
+    def revive(self) -> _Agent:
+        st = _Agent()
+        st.calls, st.denies, st.warns, st.tool_calls = self.calls, self.denies, self.warns, self.tool_calls
+        st.last_tool, st.last_seen, st.tier = self.last_tool, self.last_seen, self.tier
+        return st
+
+
+class _Tiers:
+    """Keys in eviction tiers (see _NEW_CALLS), each least recently active first."""
+
+    __slots__ = ("lru",)
+
+    def __init__(self) -> None:
+        self.lru: tuple[OrderedDict[str, None], ...] = (OrderedDict(), OrderedDict(), OrderedDict())
+
+    def add(self, key: str, tier: int) -> None:
+        self.lru[tier][key] = None
+
+    def move(self, key: str, old: int, new: int) -> None:
+        del self.lru[old][key]
+        self.lru[new][key] = None
+
+    def remove(self, key: str, tier: int) -> None:
+        del self.lru[tier][key]
+
+    def victim(self) -> str:
+        """The key to let go first: the least recently active of the lowest tier that holds any."""
+        for lru in self.lru:
+            if lru:
+                return next(iter(lru))
+        raise KeyError("no key to let go")
+
+    def clear(self) -> None:
+        for lru in self.lru:
+            lru.clear()
 
 
 class _Interrupt:
@@ -265,19 +324,29 @@ class AgentState:
     tool_calls: dict[str, int] | None = None  # per-tool caps: calls per tool (by class name)
     stall: tuple[str, str | None, int] | None = None  # the stall rule: tool, result digest, calls that got it
     limits: dict[str, int] | None = None  # the operator's override of its cap / duplicate limit
+    retired: bool = False  # only its counts are kept (it ended, or was evicted): no window, not shown
 
 
 class Guard:
     """The circuit breaker. `check()` decides; nothing here reads a clock or touches a file.
 
-    `on_remove(agent)` (optional) is told when an agent's state goes away by itself — least
-    recently active past `maxAgents` — or by `end_agent`, so that whoever mirrors the agents
-    (subscribers, the state store) can forget it too.
+    `on_remove(agent)` (optional) is told when an agent's state goes away by itself — evicted past
+    `maxAgents` — or by `end_agent`, so that whoever mirrors the agents (subscribers, the state store)
+    can forget it too; and again when its ledger (the counts kept of it) is forgotten in turn.
+
+    What the harness plane can never undo: an agent's calls toward its cap and its denies outlive
+    `end_agent` and eviction (kept in a bounded ledger, and restored if the id calls again); a flood
+    of new ids pushes out new, never-denied agents first (see _NEW_CALLS); the operator's interrupts
+    and per-agent limits live apart from the agents and only operator actions remove them.
     """
 
     def __init__(self, config: Config | None = None, on_remove: Callable[[str], Any] | None = None) -> None:
         self._agents: OrderedDict[str, _Agent] = OrderedDict()  # least recently active first
+        self._tiers = _Tiers()  # the same agents, by eviction tier
+        self._retired: OrderedDict[str, _Ledger] = OrderedDict()  # ended or evicted agents' counts
+        self._retired_tiers = _Tiers()
         self._interrupted: OrderedDict[str, _Interrupt] = OrderedDict()
+        self._limits: dict[str, dict[str, int]] = {}  # the operator's per-agent limits, oldest first
         self._tools: dict[str, _Rules] = {}
         # The repeated keys of every agent, by count (>= 2), kept as calls happen: the top keys are
         # read from the highest buckets down instead of scanning every agent's window.
@@ -318,8 +387,7 @@ class Guard:
         warns = (config.duplicate_warn, config.repeat_warn, self._cycle_warn, self._cap_warn, config.stall_warn)
         self._warns = any(warns) or any(o.get(k) for o in self._overrides.values() for k in tool_keys)
         self._reasons: dict[tuple[str, str, int, int, str], str] = {}
-        while len(self._agents) > config.max_agents:
-            self._drop(next(iter(self._agents)))
+        self._bound()
         while len(self._interrupted) > config.max_agents:
             self._interrupted.popitem(last=False)
 
@@ -343,13 +411,15 @@ class Guard:
         *,
         unjudgeable: bool = False,
         call_id: str | int | None = None,
+        judged: Judged | None = None,
     ) -> Verdict:
         """Decide one call of `tool` with `args` by `agent`; allowed calls are recorded.
 
         `now` (seconds, any clock) is only stored for displays ("age of the last call").
         `unjudgeable`: the harness could not serialize the args; the call is judged as args that
         cannot be keyed (allowed and counted, matching nothing). `call_id`: the harness's id for the
-        call, so that its result (`result()`) finds it.
+        call, so that its result (`result()`) finds it. `judged`: the args were keyed elsewhere (the
+        judge process, for large frames): its digest and preview stand for them (`args` is ignored).
         """
         self.checks += 1
         if self._interrupted and agent in self._interrupted:
@@ -366,11 +436,10 @@ class Guard:
         agents = self._agents
         st = agents.get(agent)
         if st is None:
-            st = agents[agent] = _Agent()
-            if len(agents) > config.max_agents:
-                self._drop(next(iter(agents)))
+            st = self._admit(agent)
         else:
             agents.move_to_end(agent)
+            self._tiers.lru[st.tier].move_to_end(agent)
         st.last_tool = tool
         st.last_seen = now
 
@@ -395,8 +464,8 @@ class Guard:
         ignore = self._ignore
         if ignore and isinstance(args, dict) and not ignore.isdisjoint(args):
             args = {k: v for k, v in args.items() if k not in ignore}  # previews leave them out too
-        if unjudgeable:
-            key = None
+        if unjudgeable or judged is not None:
+            key = judged.key if judged is not None and not unjudgeable else None
         else:
             try:
                 key = hash(_dumps((tool, args), option=_SORT))  # call_digest's fast path, inlined: the hot path
@@ -455,7 +524,7 @@ class Guard:
                 buckets = self._buckets
                 pair = (agent, key)
                 if n == 1:
-                    st.previews[key] = (tool, preview(tool, args))
+                    st.previews[key] = (tool, preview(tool, args) if judged is None else judged.preview)
                 else:
                     del buckets[n][pair]
                 bucket = buckets.get(n + 1)
@@ -466,6 +535,9 @@ class Guard:
                     self._top = n + 1
         ring.append(key)
         st.calls += 1
+        if not st.tier and st.calls >= _NEW_CALLS:
+            self._tiers.move(agent, 0, 1)
+            st.tier = 1
         st.run = in_row + 1
         st.last_key = key
         if rules.tool_cap or rules.tool_warn:
@@ -574,6 +646,7 @@ class Guard:
         call_id: str | int | None = None,
         tool: str | None = None,
         args: Any = None,
+        judged: Judged | None = None,
     ) -> tuple[bool, str]:
         """A call's result came back (its digest: the guard never needs the content). Matched by
         `call_id`, else by the call's tool and args (its latest such call). When the digest differs
@@ -595,10 +668,7 @@ class Guard:
         elif tool is not None:
             rules = self._tools.get(tool) or self._classify(tool)
             progress = rules.progress
-            ignore = self._ignore
-            if ignore and isinstance(args, dict) and not ignore.isdisjoint(args):
-                args = {k: v for k, v in args.items() if k not in ignore}
-            key = call_digest(tool, args)
+            key = judged.key if judged is not None else call_digest(tool, args, self._ignore)
             if pending and key is not None:
                 for cid in reversed(pending):
                     if pending[cid][0] == key:
@@ -663,6 +733,9 @@ class Guard:
             bucket[pair] = None
 
     def _deny(self, st: _Agent, agent: str, tool: str, kind: str, count: int, limit: int) -> Verdict:
+        if st.tier != 2:
+            self._tiers.move(agent, st.tier, 2)
+            st.tier = 2
         before = st.denies.get(kind, 0)
         st.denies[kind] = before + 1
         st.last = "deny:" + kind
@@ -685,6 +758,11 @@ class Guard:
         calls = 0
         if st is not None:
             self._agents.move_to_end(agent)
+            if st.tier != 2:
+                self._tiers.move(agent, st.tier, 2)
+                st.tier = 2
+            else:
+                self._tiers.lru[2].move_to_end(agent)
             st.denies["interrupted"] = st.denies.get("interrupted", 0) + 1
             st.last_tool = tool
             st.last_seen = now
@@ -719,22 +797,30 @@ class Guard:
         return agent in self._interrupted
 
     def reset(self, agent: str) -> bool:
-        """Clear an agent's window, call count, denies and override (not an interrupt); True if it was tracked."""
+        """Clear an agent's window, call count, denies and override (not an interrupt); True if it was tracked.
+        An operator's action: its counts start again, as a new agent's."""
+        self._limits.pop(agent, None)
+        led = self._retired.pop(agent, None)
+        if led is not None:
+            self._retired_tiers.remove(agent, led.tier)
         st = self._agents.get(agent)
         if st is None:
-            return False
+            return led is not None
         self._unbucket(agent, st)
+        self._tiers.move(agent, st.tier, 0)
         self._agents[agent] = _Agent()
+        self._agents.move_to_end(agent)  # the operator just acted on it: as recent in both orders
         return True
 
     def override(self, agent: str, limits: dict[str, int | None]) -> dict[str, int] | None:
         """Give `agent` limits of its own (AGENT_LIMITS keys; a value None takes that one off): its cap, and
-        its duplicate limit for every tool. The global config is untouched; a reset clears them. The agent's
-        limits now, or None if it is not tracked. Values are the caller's to check (the protocol does)."""
-        st = self._agents.get(agent)
-        if st is None:
+        its duplicate limit for every tool. The global config is untouched; a reset clears them. They are
+        kept apart from the agent's state: its end or eviction never drops them, only the operator does.
+        The agent's limits now, or None if the guard does not know it. Values are the caller's to check
+        (the protocol does)."""
+        if agent not in self._agents and agent not in self._retired and agent not in self._interrupted:
             return None
-        own = dict(st.limits or {})
+        own: dict[str, int] = self._limits.pop(agent, {})
         for key, value in limits.items():
             if key not in AGENT_LIMITS:
                 raise ValueError(f"{key!r} is not a limit an agent may have of its own")
@@ -742,15 +828,37 @@ class Guard:
                 own.pop(key, None)
             else:
                 own[key] = value
-        st.limits = own or None
+        if own:
+            self._limits[agent] = own  # the most recent last: past maxAgents, the oldest goes
+            while len(self._limits) > self._config.max_agents:
+                self._limits.pop(next(iter(self._limits)))
+        st = self._agents.get(agent)
+        if st is not None:
+            st.limits = own or None
         return own
 
+    def overrides(self) -> dict[str, dict[str, int]]:
+        """Every agent's own limits (a copy), oldest first: what the state store keeps."""
+        return {agent: dict(own) for agent, own in self._limits.items()}
+
+    def restore_override(self, agent: str, limits: dict[str, int]) -> None:
+        if not limits:
+            return
+        self._limits.pop(agent, None)
+        self._limits[agent] = dict(limits)
+        while len(self._limits) > self._config.max_agents:
+            self._limits.pop(next(iter(self._limits)))
+        st = self._agents.get(agent)
+        if st is not None:
+            st.limits = self._limits.get(agent)
+
     def end_agent(self, agent: str) -> bool:
-        """The harness says the agent is gone: free its state. An operator interrupt outlives it
-        (only `uninterrupt` lifts one). True if the agent was tracked."""
+        """The harness says the agent is gone: free its window. Its calls toward the cap and its denies are
+        kept (a ledger, bounded by maxAgents): a harness cannot give an agent a fresh cap by ending it. An
+        operator interrupt and override outlive it too. True if the agent was tracked."""
         if agent not in self._agents:
             return False
-        self._drop(agent)
+        self._retire(agent)
         return True
 
     def pause(self) -> None:
@@ -760,9 +868,44 @@ class Guard:
     def resume(self) -> None:
         self.paused = False
 
-    def _drop(self, agent: str) -> None:
+    def _admit(self, agent: str) -> _Agent:
+        """A new (or returning) agent's state: its ledger's counts if it had one; past maxAgents one goes."""
+        led = self._retired.pop(agent, None) if self._retired else None
+        if led is None:
+            st = _Agent()
+        else:
+            self._retired_tiers.remove(agent, led.tier)
+            st = led.revive()
+        if self._limits:
+            st.limits = self._limits.get(agent)
+        if len(self._agents) >= self._config.max_agents:  # room first: the newcomer itself is never the one to go
+            self._retire(self._tiers.victim())
+        self._agents[agent] = st
+        self._tiers.add(agent, st.tier)
+        return st
+
+    def _bound(self) -> None:
+        """Keep the agents and the ledgers within maxAgents (after a config change or a restore)."""
+        while len(self._agents) > self._config.max_agents:
+            self._retire(self._tiers.victim())
+        while len(self._retired) > self._config.max_agents:
+            self._forget(self._retired_tiers.victim())
+
+    def _retire(self, agent: str) -> None:
+        """Let an agent's window go; keep its counts in the ledger (the least valuable ledger goes past maxAgents)."""
         st = self._agents.pop(agent)
+        self._tiers.remove(agent, st.tier)
         self._unbucket(agent, st)
+        self._retired[agent] = _Ledger(st)
+        self._retired_tiers.add(agent, st.tier)
+        if self.on_remove is not None:
+            self.on_remove(agent)
+        if len(self._retired) > self._config.max_agents:
+            self._forget(self._retired_tiers.victim())
+
+    def _forget(self, agent: str) -> None:
+        led = self._retired.pop(agent)
+        self._retired_tiers.remove(agent, led.tier)
         if self.on_remove is not None:
             self.on_remove(agent)
 
@@ -777,7 +920,22 @@ class Guard:
         """A copy of one agent's state (None if it is not tracked)."""
         st = self._agents.get(agent)
         if st is None:
-            return None
+            led = self._retired.get(agent)
+            if led is None:
+                return None
+            return AgentState(
+                agent,
+                led.calls,
+                dict(led.denies),
+                [],
+                {},
+                led.last_tool,
+                led.last_seen,
+                dict(led.warns),
+                tool_calls=dict(led.tool_calls) if led.tool_calls is not None else None,
+                limits=dict(self._limits[agent]) if agent in self._limits else None,
+                retired=True,
+            )
         return AgentState(
             agent,
             st.calls,
@@ -802,19 +960,30 @@ class Guard:
     def restore_agent(self, state: AgentState, *, windows: bool = True) -> None:
         """Put an agent back as exported, as the most recently active. `windows=False` keeps its
         tallies but not its window (digests from another process's hash key match nothing)."""
-        if state.agent in self._agents:
-            self._drop(state.agent)
+        agent = state.agent
+        if agent in self._agents:
+            self._retire(agent)
+        if agent in self._retired:
+            self._forget(agent)
         st = _Agent()
         st.calls = state.calls
         st.denies = dict(state.denies)
         st.last_tool = state.last_tool
         st.last_seen = state.last_seen
         st.warns = dict(state.warns)
+        st.tier = 2 if st.denies else 1 if st.calls >= _NEW_CALLS else 0
         st.last = state.last
         st.tool_calls = dict(state.tool_calls) if state.tool_calls else None
         if state.stall is not None:
             st.stall_tool, st.stall_digest, st.stall_n = state.stall
-        st.limits = dict(state.limits) if state.limits else None
+        if state.limits:  # a state file from before overrides were kept apart
+            self.restore_override(agent, state.limits)
+        if state.retired:
+            self._retired[agent] = _Ledger(st)
+            self._retired_tiers.add(agent, st.tier)
+            self._bound()
+            return
+        st.limits = self._limits.get(agent)
         if windows:  # what follows is keyed by digests
             st.last_key, st.run = state.last_key, state.run
             st.cycles = list(state.cycles) if state.cycles is not None else None
@@ -830,11 +999,11 @@ class Guard:
             for key, n in counts.items():
                 if n >= 2:
                     st.previews[key] = state.previews.get(key, ("", ""))
-                    self._buckets.setdefault(n, {})[(state.agent, key)] = None
+                    self._buckets.setdefault(n, {})[(agent, key)] = None
                     self._top = max(self._top, n)
-        self._agents[state.agent] = st
-        while len(self._agents) > self._config.max_agents:
-            self._drop(next(iter(self._agents)))
+        self._agents[agent] = st
+        self._tiers.add(agent, st.tier)
+        self._bound()
 
     def interrupts(self) -> list[tuple[str, str, int]]:
         """Every operator interrupt: (agent, reason, denies so far), oldest first."""
@@ -868,6 +1037,7 @@ class Guard:
             if agent not in self._interrupted:
                 return None
             st = _Agent()
+            st.limits = self._limits.get(agent)
         return self._view(agent, st)
 
     def _view(self, agent: str, st: _Agent) -> AgentView:

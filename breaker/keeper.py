@@ -56,6 +56,7 @@ class StateKeeper:
                 denies=record.denies,
                 warnings=record.warnings,
                 windows=loaded.windows,
+                overrides=record.overrides,
             )
             log.info(
                 "state restored from %s: %d agent(s), %d interrupt(s)%s",
@@ -123,4 +124,6 @@ class StateKeeper:
         for agent, reason, denies in guard.interrupts():
             m = meta.get(agent)
             interrupts.append((agent, reason, denies, m.harness if m else "", m.parent if m else None))
-        return GuardRecord(guard.paused, guard.checks, dict(guard.denies), interrupts, guard.warnings)
+        return GuardRecord(
+            guard.paused, guard.checks, dict(guard.denies), interrupts, guard.warnings, guard.overrides()
+        )

@@ -3,11 +3,21 @@
 from __future__ import annotations
 
 import hashlib
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 
-__all__ = ["call_digest", "call_key", "canonical", "preview", "result_digest", "strip_ignored", "tool_class_name"]
+__all__ = [
+    "Judged",
+    "call_digest",
+    "call_key",
+    "canonical",
+    "key_bytes",
+    "preview",
+    "result_digest",
+    "strip_ignored",
+    "tool_class_name",
+]
 
 _SORT = orjson.OPT_SORT_KEYS
 _dumps = orjson.dumps
@@ -29,22 +39,37 @@ def canonical(tool: str, args: Any) -> bytes:
 def call_digest(tool: str, args: Any, ignore: frozenset[str] = frozenset()) -> int | None:
     """The digest the window remembers for a call, or None when the args cannot be serialized.
 
-    The digest is the interpreter's keyed 64-bit SipHash of the canonical bytes: a fixed size
-    whatever the args weigh, keyed by the process's hash seed (which `cbconsole --headless` keeps
+    The digest is the interpreter's keyed 64-bit SipHash of the canonical bytes (`key_bytes`): a fixed
+    size whatever the args weigh, keyed by the process's hash seed (which `cbconsole --headless` keeps
     in its state file, so a restarted guard computes the same digests), and a false match between
     two different calls in one 200-call window is about 1 in 10^15.
     """
+    data = key_bytes(tool, args, ignore)
+    return None if data is None else hash(data)
+
+
+def key_bytes(tool: str, args: Any, ignore: frozenset[str] = frozenset()) -> bytes | None:
+    """The canonical bytes a call's digest is made of: JSON of `[tool, args]` without the `ignore`
+    names, object keys sorted at every depth; None when the args cannot be serialized. The guard's
+    judge process (breaker/judge.py) makes these for large frames, and the guard hashes them."""
     if ignore and isinstance(args, dict) and not ignore.isdisjoint(args):
         args = {k: v for k, v in args.items() if k not in ignore}
     try:
-        return hash(_dumps((tool, args), option=_SORT))
+        return _dumps((tool, args), option=_SORT)
     except _EncodeError as exc:
         if "Recursion" not in str(exc):
             return None  # bytes, sets, Python integers beyond 64 bits: the guard cannot judge them, it fails open
-        deep = _deep_canonical((tool, args))  # nested past orjson's 254 levels: still the same call
-        return None if deep is None else hash(deep)
+        return _deep_canonical((tool, args))  # nested past orjson's 254 levels: still the same call
     except Exception:  # anything else orjson cannot judge fails open too
         return None
+
+
+class Judged(NamedTuple):
+    """A call whose args were read and keyed by the judge process: its digest (None: unjudgeable) and
+    the preview shown for it. The engine takes it instead of the args."""
+
+    key: int | None
+    preview: str
 
 
 call_key = call_digest  # the name replay and older callers use

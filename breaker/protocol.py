@@ -71,6 +71,10 @@ ERROR_CODES: dict[str, tuple[str, bool]] = {
     "limit": ("a bound of the guard was reached (the message says which); nothing changed", False),
     "frame_too_large": ("a frame over `max_frame` bytes", True),
     "busy": ("the guard's shared buffer for large frames is full; retry", True),
+    "unjudgeable": (
+        "the guard could not read a large frame's args in time; ask again with `args_unserializable: true`",
+        False,
+    ),
     "forbidden": ("the peer runs as another user", True),
 }
 

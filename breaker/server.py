@@ -31,6 +31,7 @@ from breaker.commands import InterruptCommands, fill_command
 from breaker.config import Config, ConfigError
 from breaker.engine import Guard
 from breaker.incidents import QueuedIncidentLog
+from breaker.judge import JUDGE_FROM, Judge
 from breaker.keeper import StateKeeper
 from breaker.listen import Listener, ServerError
 from breaker.patch import Loaded, PatchSources, clean_stale_temps
@@ -45,6 +46,7 @@ from breaker.session import (
     DecisionJob,
     DurableJob,
     IncidentJob,
+    JudgeJob,
     ServerSession,
 )
 from breaker.store import StateStore
@@ -194,6 +196,8 @@ class GuardServer:
             max_frame=max_frame,
             fill_command=self._fill_command,
         )
+        self.judge = Judge()
+        self.session.judge_from = JUDGE_FROM
         stats = self.session.stats
         stats.socket, stats.operator_socket = str(self.socket_path), str(self.operator_path)
         stats.host = platform.node()
@@ -308,6 +312,7 @@ class GuardServer:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
         await self.commands.stop()
+        await self.judge.close()
         await self._close_outputs()
         if self.keeper is not None and self.keeper.store.running:
             await self.keeper.save(everything=True)
@@ -355,6 +360,16 @@ class GuardServer:
             elif isinstance(job, DecisionJob):
                 if self.otel is not None:
                     self.otel.emit(job)
+            elif isinstance(job, JudgeJob):
+                self._spawn(self._judge(job))
+
+    async def _judge(self, job: JudgeJob) -> None:
+        answer = await self.judge.ask(job.frame, job.ignore)
+        if self.session.judged(job.channel, job.slot, len(job.frame), answer):
+            conn = self.conns.get(job.channel)
+            if conn is not None:
+                conn.schedule_turn()  # its requests that waited for the frame go on
+        self.flush()
 
     def _saved(self, jobs: list[DurableJob]) -> None:
         for job in jobs:

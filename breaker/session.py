@@ -19,7 +19,7 @@ from typing import Any
 from breaker import __version__
 from breaker.config import BY_KEY, PATCH_ONLY_KEYS, ConfigError
 from breaker.engine import DENY_KINDS, AgentState, AgentView, Guard
-from breaker.keys import preview
+from breaker.keys import Judged, preview
 from breaker.protocol import (
     ALLOW_FRAME_TAIL,
     HARNESS,
@@ -80,6 +80,7 @@ __all__ = [
     "DecisionJob",
     "DurableJob",
     "IncidentJob",
+    "JudgeJob",
     "ServerSession",
     "Slot",
 ]
@@ -87,6 +88,7 @@ __all__ = [
 log = logging.getLogger("cbconsole.guard")
 
 BATCH = 64  # frames answered per turn before other connections get theirs
+TURN_BYTES = 64 * 1024  # ... and bytes: a turn ends after the first frame that reaches this many
 WRITE_HIGH = 256 * 1024  # a connection's unsent output past which it is "not reading" (the transport pauses it)
 PRIVATE_BUFFER = 64 * 1024  # what any connection may buffer of an unfinished frame without asking the pool
 POOL = 64 * 1024 * 1024  # unfinished frames past PRIVATE_BUFFER share this, across every connection
@@ -255,6 +257,17 @@ class IncidentJob:
 
 
 @dataclass(slots=True)
+class JudgeJob:
+    """Have the judge process read a large frame (breaker/judge.py); then `judged(channel, slot, len, answer)`.
+    The connection's later requests wait for it, as for a config write."""
+
+    channel: Channel
+    slot: Slot
+    frame: bytes
+    ignore: tuple[str, ...]
+
+
+@dataclass(slots=True)
 class DecisionJob:
     """A deny or a warning, for the OpenTelemetry export (asked for only while it is on)."""
 
@@ -273,7 +286,7 @@ class DecisionJob:
     when: float
 
 
-Job = ConfigJob | DurableJob | CommandJob | IncidentJob | DecisionJob
+Job = ConfigJob | DurableJob | CommandJob | IncidentJob | DecisionJob | JudgeJob
 
 
 @dataclass(slots=True)
@@ -335,11 +348,15 @@ class ServerSession:
         # For the metrics: counts kept as checks are answered, and (while `timer` is set, a monotonic clock
         # in seconds) the server's time per check. `export_decisions`: queue a DecisionJob per deny and warning.
         self.tally = Tally(DENY_KINDS, tuple(k for k in DENY_KINDS if k != "interrupted"))
+        # Frames of `judge_from` bytes or more go to the judge process as JudgeJobs (None: every frame is
+        # read here; the transport sets it when it has a judge). `judging`: their bytes in flight, which
+        # count against the pool like unfinished frames.
+        self.judge_from: int | None = None
+        self.judging = 0
         self.timer: Callable[[], float] | None = None
         self.export_decisions = False
         self._handlers: dict[type[Request], Callable[[Channel, Any], bytes | Slot | None]] = {
             Hello: self._hello,
-            Result: self._result,
             AgentEnd: self._agent_end,
             Ping: lambda ch, req: Pong().encode(req.id),
             Subscribe: self._subscribe,
@@ -414,7 +431,7 @@ class ServerSession:
         lets other connections in first, then calls again); never while its output is backed up."""
         if ch.closing or ch.backlog_high or ch.blocked is not None:
             return False
-        frames = ch.buf.frames(BATCH)
+        frames = ch.buf.frames(BATCH, TURN_BYTES)
         if frames:
             handle = self._handle
             out = ch.out
@@ -493,6 +510,8 @@ class ServerSession:
     # -- requests -------------------------------------------------------------------------------
 
     def _handle(self, ch: Channel, frame: bytes) -> bytes | Slot | None:
+        if self.judge_from is not None and len(frame) >= self.judge_from:
+            return self._to_judge(ch, frame)
         timer = self.timer
         start = timer() if timer is not None else 0.0
         try:
@@ -505,18 +524,68 @@ class ServerSession:
             reply = self._check(ch, req)
             self.tally.observe(timer() - start)
             return reply
+        return self._dispatch(ch, req, None)
+
+    def _dispatch(self, ch: Channel, req: Request, judged: Judged | None) -> bytes | Slot | None:
+        if type(req) is Check:
+            return self._check(ch, req, judged)
         if ch.plane != OPERATOR and req.op not in HARNESS_OPS:
             return ErrorReply(
                 "operator_only",
                 f"{req.op} changes the guard or reads other agents' calls: it is served only on the operator's socket",
             ).encode(req.id)
+        if type(req) is Result:
+            return self._result(ch, req, judged)
         try:
             return self._handlers[type(req)](ch, req)
         except Exception as exc:  # a bug in an operator op must not take the connection down
             log.exception("op %s failed", req.op)
             return ErrorReply("internal", f"{req.op} failed: {exc}").encode(req.id)
 
-    def _check(self, ch: Channel, req: Check) -> bytes:
+    def _to_judge(self, ch: Channel, frame: bytes) -> Slot | None:
+        """A large frame goes to the judge; the connection's later frames wait for it."""
+        if self.judging + self.pooled + len(frame) > self.pool:
+            log.warning(
+                "closed a connection (pid %s): %d bytes of large frames already wait", ch.peer_pid, self.judging
+            )
+            self._close(ch, ErrorReply("busy", "the guard is reading too many large frames; retry").encode(None))
+            return None
+        slot = Slot()
+        ch.blocked = slot
+        self.judging += len(frame)
+        self.jobs.append(JudgeJob(ch, slot, frame, self.guard.config.ignore_args))
+        return slot
+
+    def judged(self, ch: Channel, slot: Slot, size: int, answer: Any) -> bool:
+        """The judge read a frame (`answer`: a breaker.judge.JudgeAnswer): answer it in its place. True if
+        the connection has requests that waited for it (the transport gives it a turn)."""
+        self.judging -= size
+        if ch.closing or ch not in self.channels:
+            return False
+        result: bytes | Slot | None
+        if answer.reply is not None:
+            result = answer.reply
+        else:
+            try:
+                req = decode_request(answer.request)
+            except ProtocolError as exc:  # never: the judge wrote it; but a reply must take the slot
+                result = ErrorReply(exc.code, exc.message).encode(exc.request_id)
+            else:
+                judged = None
+                if answer.keyed:
+                    judged = Judged(hash(answer.key) if answer.key is not None else None, answer.preview)
+                result = self._dispatch(ch, req, judged)
+        ch.blocked = None
+        if isinstance(result, Slot):  # an op that waits in turn (a config write, a durable change)
+            ch.out[ch.out.index(slot)] = result
+        else:
+            slot.data = result if result is not None else b""
+        self.woken.add(ch)
+        if ch.blocked is not None or ch.closing:
+            return False
+        return ch.buf.pending() or ch.eof
+
+    def _check(self, ch: Channel, req: Check, judged: Judged | None = None) -> bytes:
         agent = req.agent
         meta = self.meta.get(agent)
         if meta is None:
@@ -526,9 +595,11 @@ class ServerSession:
             ch.agents.add(agent)
             ch.checked = True
         now = self.clock()
-        v = self.guard.check(agent, req.tool, req.args, now, unjudgeable=req.args_unserializable, call_id=req.call_id)
+        v = self.guard.check(
+            agent, req.tool, req.args, now, unjudgeable=req.args_unserializable, call_id=req.call_id, judged=judged
+        )
         if self.follows and agent in self.follows:
-            self._record(self.follows[agent], req, v, now)
+            self._record(self.follows[agent], req, v, now, judged)
         if v.counted or not v.allowed:
             self._dirty.add(agent)
             self.unsaved.add(agent)
@@ -554,7 +625,7 @@ class ServerSession:
         return encode_frame(deny)  # a Decision's shape, without building one (test_protocol_doc holds the fields)
 
     @staticmethod
-    def _record(follow: _Follow, req: Check, v: Any, now: float) -> None:
+    def _record(follow: _Follow, req: Check, v: Any, now: float, judged: Judged | None = None) -> None:
         """One call of a followed agent, into its history."""
         if not v.allowed:
             decision = "deny"
@@ -562,7 +633,10 @@ class ServerSession:
             decision = "warn"
         else:
             decision = "allow" if v.counted else "pass"
-        text = "(args that could not be serialized)" if req.args_unserializable else preview(req.tool, req.args)
+        if req.args_unserializable or (judged is not None and judged.key is None):
+            text = "(args that could not be serialized)"
+        else:
+            text = judged.preview if judged is not None else preview(req.tool, req.args)
         follow.calls.append(CallRow(now, req.tool, text, decision, v.count, v.limit, v.rule or ""))
         follow.seq += 1
 
@@ -637,8 +711,10 @@ class ServerSession:
             "cbconsole-guard", __version__, PROTOCOL_VERSION, self.stats.pid, ch.plane, self.max_frame
         ).encode(req.id)
 
-    def _result(self, ch: Channel, req: Result) -> bytes:
-        matched, warning = self.guard.result(req.agent, req.digest, call_id=req.call_id, tool=req.tool, args=req.args)
+    def _result(self, ch: Channel, req: Result, judged: Judged | None = None) -> bytes:
+        matched, warning = self.guard.result(
+            req.agent, req.digest, call_id=req.call_id, tool=req.tool, args=req.args, judged=judged
+        )
         if matched:
             self.unsaved.add(req.agent)
         return Done(matched=matched, warning=warning).encode(req.id)
@@ -753,6 +829,7 @@ class ServerSession:
         known = self.guard.reset(req.agent)
         self._dirty.add(req.agent)
         self.unsaved.add(req.agent)
+        self.unsaved_guard = True  # its override, if any, is gone
         return self._durable(ch, Done(known=known).encode(req.id))
 
     def _override(self, ch: Channel, req: Override) -> Slot:
@@ -760,6 +837,7 @@ class ServerSession:
         if own is not None:
             self._dirty.add(req.agent)
             self.unsaved.add(req.agent)
+            self.unsaved_guard = True  # kept apart from the agent: in the guard's own record
             log.info("override: agent %r now has %s", req.agent, own or "the config's limits")
         return self._durable(ch, Done(known=own is not None, override=own).encode(req.id))
 
@@ -1015,12 +1093,16 @@ class ServerSession:
         denies: dict[str, int],
         warnings: int = 0,
         windows: bool = True,
+        overrides: dict[str, dict[str, int]] | None = None,
     ) -> None:
         """Put back what the state store kept (at start, before any connection)."""
         guard = self.guard
+        for agent, limits in (overrides or {}).items():
+            guard.restore_override(agent, limits)
         for state, harness, parent in states:
             guard.restore_agent(state, windows=windows)
-            self.meta[state.agent] = AgentMeta(harness, parent)
+            if not state.retired:
+                self.meta[state.agent] = AgentMeta(harness, parent)
         for agent, reason, denies_so_far, harness, parent in interrupts:
             guard.restore_interrupt(agent, reason, denies_so_far)
             if agent not in self.meta:

@@ -90,6 +90,7 @@ class GuardRecord:
         default_factory=list
     )  # agent, reason, denies, harness, parent
     warnings: int = 0
+    overrides: dict[str, dict[str, int]] = field(default_factory=dict)  # the operator's per-agent limits
 
 
 @dataclass(slots=True)
@@ -150,6 +151,8 @@ def encode_agent(agent: str, state: AgentState | None, harness: str, parent: str
         body["stall"] = state.stall
     if state.limits:
         body["limits"] = state.limits
+    if state.retired:
+        body["retired"] = True
     return _frame(_AGENT, agent, orjson.dumps(body))
 
 
@@ -161,6 +164,8 @@ def encode_guard(record: GuardRecord) -> bytes:
         "interrupts": record.interrupts,
         "warnings": record.warnings,
     }
+    if record.overrides:
+        body["overrides"] = record.overrides
     return _frame(_GUARD, "", orjson.dumps(body))
 
 
@@ -214,6 +219,7 @@ def _decode_agent(agent: str, body: memoryview) -> AgentRecord:
         tool_calls={str(k): int(v) for k, v in obj["tool_calls"].items()} if obj.get("tool_calls") else None,
         stall=_stall(obj.get("stall")),
         limits={str(k): int(v) for k, v in obj["limits"].items()} if obj.get("limits") else None,
+        retired=obj.get("retired") is True,
     )
     parent = obj.get("parent")
     return AgentRecord(state, str(obj.get("harness") or ""), parent if isinstance(parent, str) else None)
@@ -234,7 +240,11 @@ def _decode_guard(body: memoryview) -> GuardRecord:
     ]
     denies = {str(k): int(v) for k, v in (obj.get("denies") or {}).items()}
     warnings = int(obj.get("warnings") or 0)
-    return GuardRecord(bool(obj.get("paused")), int(obj.get("checks") or 0), denies, interrupts, warnings)
+    overrides = {
+        str(agent): {str(k): int(v) for k, v in limits.items()}
+        for agent, limits in (obj.get("overrides") or {}).items()
+    }
+    return GuardRecord(bool(obj.get("paused")), int(obj.get("checks") or 0), denies, interrupts, warnings, overrides)
 
 
 def _last_spans(data: Any) -> list[tuple[int, int]]:

@@ -49,13 +49,14 @@ class FrameBuffer:
     def __len__(self) -> int:
         return len(self._buf)
 
-    def frames(self, max_frames: int = 1 << 30) -> list[bytes]:
-        """Complete frames in order, at most `max_frames`; the rest stays buffered."""
+    def frames(self, max_frames: int = 1 << 30, max_bytes: int = 1 << 62) -> list[bytes]:
+        """Complete frames in order, at most `max_frames` and (after the first) at most `max_bytes` in all;
+        the rest stays buffered."""
         buf = self._buf
         out: list[bytes] = []
         start = 0
         scan = self._scanned
-        while len(out) < max_frames:
+        while len(out) < max_frames and start < max_bytes:
             nl = buf.find(b"\n", scan)
             if nl < 0:
                 scan = len(buf)

@@ -417,8 +417,9 @@ def test_the_engine_says_when_an_agent_goes_away_by_eviction_or_end():
         g.check(agent, "t", {})
     g.end_agent("b")
     g.reset("c")  # a reset keeps the agent
-    g.config = g.config.replace(max_agents=1)  # nothing more to evict: only c is left
     assert gone == ["a", "b"]
+    g.config = g.config.replace(max_agents=1)  # no agent more to evict (only c is left); a's ledger goes
+    assert gone == ["a", "b", "a"]
 
 
 def test_args_nested_deeper_than_the_serializers_limit_are_still_judged():

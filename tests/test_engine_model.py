@@ -73,6 +73,9 @@ class Model:
     def __init__(self, config: Config):
         self.config = config
         self.agents: dict[str, dict[str, Any]] = {}  # insertion order = least recently active first
+        # ended or evicted agents: their calls and denies, kept (bounded) so that a harness cannot
+        # give an agent a fresh cap by ending it or by flooding the guard with new ids
+        self.retired: dict[str, dict[str, Any]] = {}
         self.interrupted: dict[str, dict[str, Any]] = {}
         self.paused = False
 
@@ -83,17 +86,46 @@ class Model:
     def set_config(self, config: Config) -> None:
         self.config = config
         while len(self.agents) > config.max_agents:
-            del self.agents[next(iter(self.agents))]
+            self.retire(self.victim(self.agents))
+        while len(self.retired) > config.max_agents:
+            del self.retired[self.victim(self.retired)]
         while len(self.interrupted) > config.max_agents:
             del self.interrupted[next(iter(self.interrupted))]
+
+    @staticmethod
+    def tier(state: dict[str, Any]) -> int:
+        """Who goes first when there is no room: no deny and under 10 calls, then no deny, then the rest."""
+        return 2 if state["denied"] else 1 if state["calls"] >= 10 else 0
+
+    def victim(self, table: dict[str, dict[str, Any]]) -> str:
+        """The least recently active of the lowest tier."""
+        return min(table, key=lambda a: self.tier(table[a]))  # min keeps the first of equals: the oldest
+
+    def retire(self, agent: str) -> None:
+        state = self.agents.pop(agent)
+        self.retired[agent] = {
+            "calls": state["calls"],
+            "denied": state["denied"],
+            "denied_kinds": state["denied_kinds"],
+        }
+        if len(self.retired) > self.config.max_agents:
+            del self.retired[self.victim(self.retired)]
+
+    @staticmethod
+    def fresh() -> dict[str, Any]:
+        return {"history": [], "calls": 0, "denied_kinds": set(), "denied": False}
 
     def touch(self, agent: str) -> dict[str, Any]:
         if agent in self.agents:
             self.agents[agent] = self.agents.pop(agent)
         else:
-            self.agents[agent] = {"history": [], "calls": 0, "denied_kinds": set()}
-            if len(self.agents) > self.config.max_agents:
-                del self.agents[next(iter(self.agents))]
+            state = self.fresh()
+            ledger = self.retired.pop(agent, None)
+            if ledger is not None:  # a returning id picks up its calls and denies, not its window
+                state.update(ledger, history=[])
+            if len(self.agents) >= self.config.max_agents:
+                self.retire(self.victim(self.agents))
+            self.agents[agent] = state
         return self.agents[agent]
 
     def key(self, tool: str, args: Any) -> Any:
@@ -115,7 +147,9 @@ class Model:
             entry["denies"] += 1
             calls = 0
             if agent in self.agents:
-                calls = self.touch(agent)["calls"]
+                state = self.touch(agent)
+                state["denied"] = True
+                calls = state["calls"]
             return (False, "interrupted", calls, 0, first, False)
         if not c.enabled or self.paused:
             return (True, None, 0, 0, False, False)
@@ -141,6 +175,7 @@ class Model:
     def deny(state: dict[str, Any], kind: str, count: int, limit: int) -> tuple:
         first = kind not in state["denied_kinds"]
         state["denied_kinds"].add(kind)
+        state["denied"] = True
         return (False, kind, count, limit, first, False)
 
 
@@ -215,13 +250,17 @@ class EngineMatchesModel(RuleBasedStateMachine):
     @rule(agent=st.sampled_from(AGENTS))
     def reset(self, agent: str) -> None:
         tracked = agent in self.model.agents
-        assert self.guard.reset(agent) == tracked
+        retired = self.model.retired.pop(agent, None) is not None
+        assert self.guard.reset(agent) == (tracked or retired)
         if tracked:
-            self.model.agents[agent] = {"history": [], "calls": 0, "denied_kinds": set()}
+            del self.model.agents[agent]
+            self.model.agents[agent] = self.model.fresh()  # the operator just acted on it: most recent
 
     @rule(agent=st.sampled_from(AGENTS))
     def end_agent(self, agent: str) -> None:
-        held = self.model.agents.pop(agent, None) is not None  # an interrupt outlives the agent's end
+        held = agent in self.model.agents  # an interrupt outlives the agent's end, and so do its counts
+        if held:
+            self.model.retire(agent)
         assert self.guard.end_agent(agent) == held
 
     @rule(paused=st.booleans())
@@ -241,6 +280,12 @@ class EngineMatchesModel(RuleBasedStateMachine):
             assert view.calls == state["calls"]
             # the engine trims a shrunk window lazily, on the agent's next judged call
             assert min(view.window_fill, window) == len(state["history"][-window:])
+        for agent, ledger in self.model.retired.items():
+            kept = self.guard.export_agent(agent)
+            assert kept is not None and kept.retired and kept.calls == ledger["calls"] and not kept.ring
+        for agent in AGENTS:
+            if agent not in self.model.agents and agent not in self.model.retired:
+                assert self.guard.export_agent(agent) is None
 
     @invariant()
     def top_keys_are_the_most_repeated_keys_in_the_windows(self) -> None:
