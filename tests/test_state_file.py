@@ -5,21 +5,10 @@ is ever written through a symlink, and one state file serves one guard at a time
 from __future__ import annotations
 
 import os
-import time
 from pathlib import Path
 
 from tests.conftest import Conn, GuardProcess, request
-
-
-def check(i: int, agent: str, args: dict | None = None) -> dict:
-    return {"op": "check", "id": i, "agent": agent, "tool": "t", "args": args if args is not None else {}}
-
-
-def wait_until(predicate, timeout: float = 20.0, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, f"{what} never happened"
-        time.sleep(0.02)
+from tests.test_server_trust import check
 
 
 def peak_rss_mib(pid: int) -> float:
