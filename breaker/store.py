@@ -499,8 +499,11 @@ class StateStore:
             loaded = self._load()
         except OSError as exc:
             self._fail(f"cannot keep state in {self.path}: {exc.strerror or exc}; the guard will forget on restart")
+            if self._fd is not None:
+                os.close(self._fd)
+                self._fd = None
             self._unlock()
-            return Loaded()
+            return load(self.path, self.max_bytes)[0]  # what it holds is still put back
         if self._fd is None:  # read, but not writable
             self._unlock()
             return loaded

@@ -253,3 +253,22 @@ def test_a_symlink_put_at_the_path_while_the_store_runs_is_never_followed_and_lo
     assert victim.read_bytes() == b"someone else's file\n"
     assert path.is_file() and not path.is_symlink()  # the compaction's rename replaced the link itself
     assert [(r.state.agent, r.state.calls) for r in load(path)[0].agents] == [("quiet", 1), ("a", 39)]
+
+
+def test_a_store_that_cannot_take_its_lock_writes_nothing_but_gives_back_what_the_file_holds(tmp_path: Path):
+    path = tmp_path / "s.cbstate"
+    store = StateStore(path, seed=1)
+    store.open()
+    save(store, [("a", state("a", 3), "", None)])
+    store.close()
+    before = path.read_bytes()
+    lock = tmp_path / "s.cbstate.lock"
+    lock.unlink()
+    lock.mkdir()  # no lock file can be made there
+    again = StateStore(path, seed=1)
+    loaded = again.open()
+    again.save([("a", state("a", 4), "", None)])
+    again.close()
+    assert [r.state.calls for r in loaded.agents] == [3]
+    assert not again.running and again.error is not None and "will forget on restart" in again.error
+    assert path.read_bytes() == before
