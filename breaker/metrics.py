@@ -5,11 +5,13 @@ The event loop never waits for a scrape and the HTTP thread never reads the loop
 tick (10 Hz) the server hands `GuardCollector.view` a new frozen `MetricsView` it built on the loop,
 and a scrape only formats the latest one. A view older than STALE seconds means the loop is stuck, and
 the scrape fails (503) so that `up` says so. Nothing served here changes the guard: it answers GET on
-/metrics and nothing else.
+/metrics and nothing else. A slow client holds a slot for a bounded time (a deadline per request, not
+per read) and never keeps a scrape out (a new connection takes the slot of the oldest one still sending).
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import socket
 import threading
@@ -34,8 +36,9 @@ __all__ = ["STALE", "GuardCollector", "MetricsError", "MetricsServer", "MetricsV
 log = logging.getLogger("cbconsole.guard")
 
 STALE = 5.0  # seconds without a fresh view from the event loop before a scrape fails
-MAX_SCRAPES = 4  # requests served at once; more are closed unanswered (a flood cannot pile up threads)
-REQUEST_TIMEOUT = 10.0  # seconds a client may take to send its request
+MAX_SCRAPES = 4  # connections served at once (a flood cannot pile up threads)
+REQUEST_DEADLINE = 10.0  # seconds from a connection's accept to its whole request read
+RESPONSE_DEADLINE = 10.0  # seconds from its request read to its whole response sent
 
 
 class MetricsError(Exception):
@@ -180,19 +183,56 @@ class _Stale(Exception):
     pass
 
 
+@dataclass(slots=True)
+class _Visit:
+    """One connection being served: until when, and whether its request is still arriving."""
+
+    sock: socket.socket
+    since: float
+    deadline: float
+    reading: bool = True
+
+
 class _Handler(WSGIRequestHandler):
-    timeout = REQUEST_TIMEOUT
+    server: _Server
+
+    def setup(self) -> None:
+        super().setup()
+        self.connection.settimeout(self.server.request_deadline)  # no single read waits past the whole request's
+
+    def parse_request(self) -> bool:
+        """The request is read: answer it unless its connection was cut meanwhile."""
+        return super().parse_request() and self.server.answering(self.request)
 
     def log_message(self, format: str, *args: Any) -> None:
         """Scrapes are not logged."""
 
 
 class _Server(ThreadingMixIn, WSGIServer):
+    """A thread per connection, at most `slots` connections served at once, each with a deadline: its whole
+    request within `request_deadline` seconds of its accept, its whole response within `response_deadline`
+    of its request. A connection past its deadline is shut down (at most half a second late). When every
+    slot is taken, a new connection takes the slot of the oldest one still sending its request, so clients
+    that dribble their requests cannot keep a scrape out; if every slot is answering, it is closed unanswered."""
+
     daemon_threads = True
 
-    def __init__(self, address: tuple[Any, ...], family: socket.AddressFamily) -> None:
+    def __init__(
+        self,
+        address: tuple[Any, ...],
+        family: socket.AddressFamily,
+        *,
+        slots: int,
+        request_deadline: float,
+        response_deadline: float,
+    ) -> None:
         self.address_family = family
-        self._slots = threading.BoundedSemaphore(MAX_SCRAPES)
+        self.slots = slots
+        self.request_deadline = request_deadline
+        self.response_deadline = response_deadline
+        self._visits: dict[Any, _Visit] = {}  # by connection; a connection cut is no longer here
+        self._running = 0  # handler threads, cut ones included (they end as soon as their socket is shut)
+        self._lock = threading.Lock()
         super().__init__(address, _Handler)
 
     def server_bind(self) -> None:
@@ -205,26 +245,80 @@ class _Server(ThreadingMixIn, WSGIServer):
         self.setup_environ()
 
     def process_request(self, request: Any, client_address: Any) -> None:
-        if not self._slots.acquire(blocking=False):
-            self.shutdown_request(request)  # MAX_SCRAPES already in progress
-            return
+        now = time.monotonic()
+        with self._lock:
+            if self._running >= 2 * self.slots:  # cut connections' threads not yet ended: never pile up threads
+                self.shutdown_request(request)
+                return
+            if len(self._visits) >= self.slots:
+                waiting = [v for v in self._visits.values() if v.reading]
+                if not waiting:
+                    self.shutdown_request(request)  # every slot is answering a request
+                    return
+                self._cut(min(waiting, key=lambda v: v.since))
+            self._visits[request] = _Visit(request, now, now + self.request_deadline)
+            self._running += 1
         try:
             super().process_request(request, client_address)
         except BaseException:
-            self._slots.release()
+            self._ended(request)
             raise
 
     def process_request_thread(self, request: Any, client_address: Any) -> None:
         try:
             super().process_request_thread(request, client_address)
         finally:
-            self._slots.release()
+            self._ended(request)
+
+    def _ended(self, request: Any) -> None:
+        with self._lock:
+            self._visits.pop(request, None)
+            self._running -= 1
+
+    def answering(self, request: Any) -> bool:
+        """Its request is read: it now has `response_deadline` to be answered. False: it was cut meanwhile."""
+        with self._lock:
+            visit = self._visits.get(request)
+            if visit is None:
+                return False
+            visit.reading = False
+            visit.deadline = time.monotonic() + self.response_deadline
+            return True
+
+    def service_actions(self) -> None:
+        """Run by serve_forever's loop at least every poll interval: cut every connection past its deadline."""
+        now = time.monotonic()
+        with self._lock:
+            for visit in [v for v in self._visits.values() if v.deadline <= now]:
+                self._cut(visit)
+
+    def _cut(self, visit: _Visit) -> None:
+        """Shut a connection down (its thread's read or write returns at once and the thread ends; the
+        thread closes it). Called with the lock held."""
+        del self._visits[visit.sock]
+        with contextlib.suppress(OSError):
+            visit.sock.shutdown(socket.SHUT_RDWR)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that vanished, timed out or was cut: nothing to report (scrapes are not logged)."""
+        log.debug("metrics: a request from %s ended in an error", client_address, exc_info=True)
 
 
 class MetricsServer:
-    """/metrics on HOST:PORT, served by a thread of its own until `close()`."""
+    """/metrics on HOST:PORT, served by a thread of its own until `close()`.
 
-    def __init__(self, address: str, collector: GuardCollector) -> None:
+    At most `slots` connections are served at once; each must send its whole request within
+    `request_deadline` seconds and be sent its whole response within `response_deadline` seconds after."""
+
+    def __init__(
+        self,
+        address: str,
+        collector: GuardCollector,
+        *,
+        slots: int = MAX_SCRAPES,
+        request_deadline: float = REQUEST_DEADLINE,
+        response_deadline: float = RESPONSE_DEADLINE,
+    ) -> None:
         where = metrics_address(address)
         if where is None:
             raise MetricsError(f"cannot serve metrics on {address!r}: expected HOST:PORT, or PORT alone")
@@ -236,13 +330,20 @@ class MetricsServer:
         self.registry = registry
         try:
             family, _, _, _, sockaddr = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
-            self.httpd = _Server(sockaddr, family)
+            self.httpd = _Server(
+                sockaddr,
+                family,
+                slots=slots,
+                request_deadline=request_deadline,
+                response_deadline=response_deadline,
+            )
         except OSError as exc:
             raise MetricsError(f"cannot serve metrics on {host}:{port}: {exc.strerror or exc}") from None
         self.httpd.set_app(_app(make_wsgi_app(registry)))
         host, port = self.httpd.server_name, self.httpd.server_port
         self.url = f"http://[{host}]:{port}/metrics" if family == socket.AF_INET6 else f"http://{host}:{port}/metrics"
-        self._thread = threading.Thread(target=self.httpd.serve_forever, name="metrics", daemon=True)
+        poll = min(0.5, request_deadline / 4, response_deadline / 4)  # how late a deadline may be enforced
+        self._thread = threading.Thread(target=self.httpd.serve_forever, args=(poll,), name="metrics", daemon=True)
         self._thread.start()
 
     def close(self) -> None:

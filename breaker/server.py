@@ -49,7 +49,7 @@ from breaker.session import (
     JudgeJob,
     ServerSession,
 )
-from breaker.store import StateStore
+from breaker.store import StateLocked, StateStore
 
 if TYPE_CHECKING:  # both are imported only once they are switched on
     from breaker.metrics import GuardCollector, MetricsServer
@@ -259,7 +259,10 @@ class GuardServer:
                 if self.watcher.current is None and self.watcher.error is not None:
                     log.error("config not loaded, running with the built-in defaults: %s", self.watcher.error)
             if self.keeper is not None:
-                self.keeper.restore()
+                try:
+                    self.keeper.restore()
+                except StateLocked as exc:
+                    raise ServerError(str(exc)) from None
             await self._follow_outputs(fatal=True)
             for plane, listener in self.listeners.items():
                 await listener.listen(self._factory(plane))

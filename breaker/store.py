@@ -10,6 +10,11 @@ torn last record (a crash mid-write) is found and dropped, and compaction needs 
 The file starts with a header record naming the format, its version, the process hash seed that
 made the window digests, and a probe digest: a guard whose digests differ (another seed) keeps every
 count and trip but not the windows.
+
+The file is ours alone: it is opened only as a regular file (never through a symlink, never blocking on
+a FIFO), read only up to MAX_STATE_BYTES (the writer compacts to stay under it), and locked for the
+guard's life (`<name>.lock` beside it, holding the holder's pid), so a second guard on the same file
+refuses to start. A file it cannot use is renamed aside (`<name>.bad-<time>`) and the guard starts clean.
 """
 
 from __future__ import annotations
@@ -17,12 +22,15 @@ from __future__ import annotations
 import array
 import base64
 import contextlib
+import fcntl
 import logging
 import mmap
 import os
 import queue
+import stat
 import struct
 import sys
+import tempfile
 import threading
 import time
 import zlib
@@ -37,9 +45,11 @@ from breaker.engine import AgentState
 
 __all__ = [
     "FORMAT",
+    "MAX_STATE_BYTES",
     "AgentRecord",
     "GuardRecord",
     "Loaded",
+    "StateLocked",
     "StateStore",
     "default_state_path",
     "digest_probe",
@@ -54,6 +64,12 @@ _HEAD = struct.Struct("<IIBH")  # body length, crc32 of the rest, kind, id lengt
 _HEADER, _AGENT, _GONE, _GUARD = 0, 1, 2, 3
 _NONE = -1  # a window slot the guard could not judge (CPython's hash() never returns -1)
 MAX_RECORD = 64 * 1024 * 1024
+# The largest state file read or written. An agent's record at a full default window (200 calls) weighs
+# 2.3 KB when every call differs and 16.5 KB when every call is made twice (100 previews), measured by
+# tests/bench/bench_state.py; with every optional rule's state too, about 25 KB. The default `maxAgents`
+# (10,000) at its fullest is therefore 160-250 MB: this is twice that. The writer compacts before a save
+# would pass it, and saves only the guard's own record (interrupts, pause) when the agents alone are larger.
+MAX_STATE_BYTES = 512 * 1024 * 1024
 COMPACT_MIN = 8 * 1024 * 1024  # never compact a file smaller than this
 COMPACT_RATIO = 4  # compact when the file is this many times what its last records weigh
 _PROBE = b"cbconsole-state-probe"
@@ -264,13 +280,111 @@ def _last_spans(data: Any) -> list[tuple[int, int]]:
     return [*last.values(), *([guard] if guard is not None else [])]
 
 
+# -- the file on disk ------------------------------------------------------------------------------
+
+
+class StateLocked(RuntimeError):
+    """Another guard holds the state file's lock: this one must not start on that file."""
+
+    def __init__(self, path: Path, holder: str) -> None:
+        who = f"pid {holder}" if holder.isdigit() else "a process whose pid is unknown"
+        super().__init__(
+            f"another guard keeps its state in {path} ({who} holds {lock_path(path).name}): two guards on one "
+            "state file would lose each other's saves. Stop that guard, or give this one another state file "
+            "with --state PATH (or --state none)"
+        )
+        self.path, self.holder = path, holder
+
+
+class _Unusable(Exception):
+    """What is at the state file's path is not a file the store may read (the message says what it is)."""
+
+
+def lock_path(path: Path) -> Path:
+    """The lock file beside a state file: `<name>.lock`, holding the pid of the guard that holds it."""
+    return path.with_name(path.name + ".lock")
+
+
+def _what(mode: int) -> str:
+    for test, name in (
+        (stat.S_ISDIR, "a directory"),
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISSOCK, "a socket"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+    ):
+        if test(mode):
+            return name
+    return "a special file"
+
+
+def _open_state(path: Path, flags: int, max_bytes: int) -> int | None:
+    """A descriptor on the regular file at `path` opened with `flags` (None: nothing is there), never
+    through a symlink and never blocking on a FIFO. Raises _Unusable naming what is there instead (a
+    symlink, a FIFO, a device, a directory, a file over `max_bytes`), OSError if it cannot be opened."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    if stat.S_ISLNK(st.st_mode):
+        try:
+            target = os.readlink(path)
+        except OSError:
+            target = "somewhere"
+        raise _Unusable(
+            f"is a symlink (to {target}): the guard never reads or writes its state through a symlink "
+            "(to keep it in another file, name that file with --state)"
+        )
+    if not stat.S_ISREG(st.st_mode):
+        raise _Unusable(f"is {_what(st.st_mode)}, not a regular file")
+    fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        st = os.fstat(fd)  # what was opened, should the path have changed since
+        if not stat.S_ISREG(st.st_mode):
+            raise _Unusable(f"is {_what(st.st_mode)}, not a regular file")
+        if st.st_size > max_bytes:
+            raise _Unusable(f"is {st.st_size:,} bytes, over the {max_bytes:,} bytes a state file may hold (not read)")
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _read(fd: int) -> bytes:
+    """The whole of an open state file (its size already bounded by `_open_state`)."""
+    size = os.fstat(fd).st_size
+    with open(fd, "rb", closefd=False) as f:
+        f.seek(0)
+        return f.read(size)
+
+
+def _set_aside(path: Path) -> Path:
+    """Rename whatever is at `path` (a file, a FIFO, a symlink: only the name moves) to `<name>.bad-<time>`,
+    never over an earlier one."""
+    stamp = time.strftime("%Y%m%dT%H%M%S")
+    n = 1
+    while True:
+        aside = path.with_name(f"{path.name}.bad-{stamp}" + (f"-{n}" if n > 1 else ""))
+        if not os.path.lexists(aside):
+            os.rename(path, aside)
+            return aside
+        n += 1
+
+
 def read_hash_seed(path: Path) -> int | None:
     """The hash seed a state file's windows were made with (None: no usable file). Cheap: the header only."""
     try:
-        with open(path, "rb") as f:
-            head = f.read(4096)
+        fd = _open_state(path, os.O_RDONLY, MAX_STATE_BYTES)
+    except (OSError, _Unusable):
+        return None
+    if fd is None:
+        return None
+    try:
+        head = os.pread(fd, 4096, 0)
     except OSError:
         return None
+    finally:
+        os.close(fd)
     for _at, kind, _ident, body, _end in _records(head):
         if kind != _HEADER:
             return None
@@ -283,18 +397,26 @@ def read_hash_seed(path: Path) -> int | None:
     return None
 
 
-def load(path: Path) -> tuple[Loaded, int]:
+def load(path: Path, max_bytes: int = MAX_STATE_BYTES) -> tuple[Loaded, int]:
     """Read a state file. Returns what it holds and the byte length of its whole records (a torn
     tail past it is to be cut). Never raises for bad content: `problem` says why it was not used."""
-    out = Loaded()
     try:
-        with open(path, "rb") as f:
-            data = f.read()
-    except FileNotFoundError:
-        return out, 0
+        fd = _open_state(path, os.O_RDONLY, max_bytes)
+        if fd is None:
+            return Loaded(), 0
+        try:
+            data = _read(fd)
+        finally:
+            os.close(fd)
+    except _Unusable as exc:
+        return Loaded(problem=f"the state file {path} {exc}"), 0
     except OSError as exc:
-        out.problem = f"cannot read the state file {path}: {exc.strerror or exc}"
-        return out, 0
+        return Loaded(problem=f"cannot read the state file {path}: {exc.strerror or exc}"), 0
+    return _parse(data, path)
+
+
+def _parse(data: bytes, path: Path) -> tuple[Loaded, int]:
+    out = Loaded()
     agents: dict[str, AgentRecord | None] = {}
     good = 0
     first = True
@@ -344,16 +466,28 @@ def load(path: Path) -> tuple[Loaded, int]:
 
 class StateStore:
     """The state file and the thread that writes it. `save(records, done)` queues encoded work; the
-    thread appends, fsyncs, compacts when due, then calls `done()` (from the thread)."""
+    thread appends, fsyncs, compacts when due, then calls `done()` (from the thread).
 
-    def __init__(self, path: Path, seed: int | None, on_error: Callable[[str], Any] | None = None) -> None:
+    `max_bytes` is the largest file it reads or writes (MAX_STATE_BYTES unless given)."""
+
+    def __init__(
+        self,
+        path: Path,
+        seed: int | None,
+        on_error: Callable[[str], Any] | None = None,
+        *,
+        max_bytes: int = MAX_STATE_BYTES,
+    ) -> None:
         self.path = path
         self.seed = seed
         self.on_error = on_error
+        self.max_bytes = max_bytes
         self.error: str | None = None
         self.size = 0
         self.compact_min = COMPACT_MIN  # never compact a file smaller than this
-        self._fd: int | None = None
+        self._weight = 0  # what the last records weighed when last measured: the next compaction is due at 4x
+        self._fd: int | None = None  # the file, read-write, appending; the same inode from open to close
+        self._lock_fd: int | None = None
         self._queue: queue.SimpleQueue[tuple[list[Any], Callable[[], Any] | None] | None] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self.saves = 0
@@ -361,36 +495,96 @@ class StateStore:
     # -- start ----------------------------------------------------------------------------------
 
     def open(self) -> Loaded:
-        """Read the file (setting a bad one aside), cut a torn tail, start the writer. Never raises
-        for bad content; an unusable directory leaves the store off with `error` saying why."""
-        loaded, good = load(self.path)
+        """Take the file's lock, read the file (setting an unusable one aside), cut a torn tail, start the
+        writer. Raises StateLocked if another guard holds the lock; never raises for what the file holds.
+        An unusable directory leaves the store off with `error` saying why."""
         try:
             self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-            for stale in self.path.parent.glob(f".{self.path.name}.*.tmp"):
-                with contextlib.suppress(OSError):
-                    stale.unlink()  # a compaction a crash interrupted
-            if loaded.problem is not None and self.path.exists():
-                aside = self.path.with_name(f"{self.path.name}.bad-{time.strftime('%Y%m%dT%H%M%S')}")
-                os.replace(self.path, aside)
+            self._lock()
+        except OSError as exc:
+            # No lock, no writing; what the file holds is still put back.
+            self._fail(f"cannot keep state in {self.path}: {exc.strerror or exc}; the guard will forget on restart")
+            return load(self.path, self.max_bytes)[0]
+        try:
+            loaded = self._load()
+        except OSError as exc:
+            self._fail(f"cannot keep state in {self.path}: {exc.strerror or exc}; the guard will forget on restart")
+            if self._fd is not None:
+                os.close(self._fd)
+                self._fd = None
+            self._unlock()
+            return load(self.path, self.max_bytes)[0]  # what it holds is still put back
+        if self._fd is None:  # read, but not writable
+            self._unlock()
+            return loaded
+        self._thread = threading.Thread(target=self._run, name="state-writer", daemon=True)
+        self._thread.start()
+        return loaded
+
+    def _lock(self) -> None:
+        """Hold `<name>.lock` for the store's life (the kernel lets it go if the process dies), our pid in it."""
+        path = lock_path(self.path)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o600)
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise OSError(f"{path} is not a regular file")
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 64, 0).decode(errors="replace").strip()
+            os.close(fd)
+            raise StateLocked(self.path, holder) from None
+        except BaseException:
+            os.close(fd)
+            raise
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        self._lock_fd = fd
+
+    def _unlock(self) -> None:
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)  # closing lets the flock go
+            self._lock_fd = None
+
+    def _load(self) -> Loaded:
+        """Read the file through the descriptor the writer will append to; set aside what cannot be used."""
+        for stale in self.path.parent.glob(f".{self.path.name}.*.tmp"):
+            with contextlib.suppress(OSError):
+                stale.unlink()  # a compaction a crash interrupted
+        fd: int | None = None
+        loaded, good = Loaded(), 0
+        try:
+            fd = _open_state(self.path, os.O_RDWR, self.max_bytes)
+        except _Unusable as exc:
+            loaded.problem = f"the state file {self.path} {exc}"
+        except PermissionError as exc:  # e.g. left by a guard run as root: put back what it holds, write nothing
+            loaded = load(self.path, self.max_bytes)[0]
+            self._fail(f"cannot write the state file {self.path}: {exc.strerror}; the guard will forget on restart")
+            return loaded
+        except OSError as exc:
+            loaded.problem = f"cannot read the state file {self.path}: {exc.strerror or exc}"
+        try:
+            if fd is not None:
+                loaded, good = _parse(_read(fd), self.path)
+            if loaded.problem is not None and os.path.lexists(self.path):
+                if fd is not None:
+                    os.close(fd)
+                    fd = None
+                aside = _set_aside(self.path)
                 loaded.notes.append(f"{loaded.problem}: set aside as {aside.name}; the guard starts clean")
                 good = 0
             if good == 0:
                 self._rewrite([])  # a fresh file with this process's header
             else:
-                fd = os.open(self.path, os.O_WRONLY | os.O_CLOEXEC)
-                try:
-                    os.ftruncate(fd, good)
-                finally:
-                    os.close(fd)
+                assert fd is not None
+                os.ftruncate(fd, good)
+                fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) | os.O_APPEND)
+                self._fd, fd = fd, None
+                self.size = good
                 if not loaded.windows:
                     self._rewrite(self._live_records())  # from now on, this process's digests
-            self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
-            self.size = os.fstat(self._fd).st_size
-        except OSError as exc:
-            self._fail(f"cannot keep state in {self.path}: {exc.strerror or exc}; the guard will forget on restart")
-            return loaded
-        self._thread = threading.Thread(target=self._run, name="state-writer", daemon=True)
-        self._thread.start()
+        finally:
+            if fd is not None:
+                os.close(fd)
         return loaded
 
     @property
@@ -417,7 +611,7 @@ class StateStore:
         self._queue.put((items, done))
 
     def close(self, timeout: float = 10.0) -> None:
-        """Write what is queued, then stop the thread."""
+        """Write what is queued, then stop the thread and let the lock go."""
         if self._thread is not None:
             self._queue.put(None)
             self._thread.join(timeout)
@@ -425,6 +619,7 @@ class StateStore:
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
+        self._unlock()
 
     def _run(self) -> None:
         while True:
@@ -445,25 +640,42 @@ class StateStore:
 
     def _write(self, batch: list[tuple[list[Any], Callable[[], Any] | None]]) -> None:
         chunks: list[bytes] = []
+        guards: list[bytes] = []
         for items, _done in batch:
             for n, item in enumerate(items):
-                chunks.append(encode_guard(item) if isinstance(item, GuardRecord) else encode_agent(*item))
+                if isinstance(item, GuardRecord):
+                    guards.append(encode_guard(item))
+                else:
+                    chunks.append(encode_agent(*item))
                 if n % 64 == 63:
                     time.sleep(0)  # let the event loop's thread have the interpreter between slices
-        data = b"".join(chunks)
+        data = b"".join([*chunks, *guards])
         try:
             if self._fd is None:
                 raise OSError("the state file is not open")
+            over = None
+            if self.size + len(data) > self.max_bytes:
+                self._compact()  # before the file would pass its limit
+                if self.size + len(data) > self.max_bytes:
+                    over = (
+                        f"the guard's state no longer fits the state file {self.path} ({self.max_bytes:,} bytes at "
+                        "most): agents' changes are not saved, interrupts and the pause are (lower maxAgents or window)"
+                    )
+                    data = b"".join(guards)
+                    if self.size + len(data) > self.max_bytes:
+                        data = b""
             view = memoryview(data)
             while view:
                 view = view[os.write(self._fd, view) :]
             os.fsync(self._fd)
             self.size += len(data)
             self.saves += 1
-            if self.error is not None:
+            if over is not None:
+                self._fail(over)
+            elif self.error is not None:
                 log.info("state file %s is written again", self.path)
                 self.error = None
-            if self.size > self.compact_min:
+            if self.size > self.compact_min and self.size >= COMPACT_RATIO * self._weight:
                 self._maybe_compact()
         except OSError as exc:
             self._fail(f"cannot write the state file {self.path}: {exc.strerror or exc}")
@@ -477,13 +689,9 @@ class StateStore:
 
         The file is mapped, not read: only the records kept are copied, so a compaction costs the
         guard what the agents weigh, not what the file grew to."""
-        try:
-            with open(self.path, "rb") as f:
-                if os.fstat(f.fileno()).st_size == 0:
-                    return []
-                data = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-        except (OSError, ValueError):
+        if self._fd is None or os.fstat(self._fd).st_size == 0:
             return []
+        data = mmap.mmap(self._fd, 0, access=mmap.ACCESS_READ)
         try:
             spans = _last_spans(data)  # its memoryviews into the map are gone when it returns
             return [data[at:end] for at, end in spans]
@@ -492,30 +700,39 @@ class StateStore:
 
     def _maybe_compact(self) -> None:
         live = self._live_records()
-        weight = sum(map(len, live))
-        if self.size < COMPACT_RATIO * weight:
-            return
+        self._weight = sum(map(len, live))
+        if self.size >= COMPACT_RATIO * self._weight:
+            self._rewrite(live)
+            log.info("state file %s compacted to %d bytes (%d records)", self.path, self.size, len(live))
+
+    def _compact(self) -> None:
+        live = self._live_records()
+        self._weight = sum(map(len, live))
         self._rewrite(live)
-        if self._fd is not None:
-            os.close(self._fd)
-        self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
-        self.size = os.fstat(self._fd).st_size
-        log.info("state file %s compacted to %d bytes (%d records)", self.path, self.size, len(live))
+        log.info("state file %s compacted to %d bytes before reaching its limit", self.path, self.size)
 
     def _rewrite(self, records: list[bytes]) -> None:
-        """Replace the file with a header and `records`: temp file, fsync, rename, fsync the directory."""
-        tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+        """Replace the file with a header and `records` (temp file, fsync, rename, fsync the directory), and
+        append to the new one from now on. The rename replaces whatever is at the path (a symlink put there
+        is replaced, never followed); the temporary file is new (O_EXCL)."""
+        fd, tmp = tempfile.mkstemp(prefix=f".{self.path.name}.", suffix=".tmp", dir=self.path.parent)
         try:
-            os.write(fd, _header(self.seed))
-            for record in records:
+            for record in [_header(self.seed), *records]:
                 view = memoryview(record)
                 while view:
                     view = view[os.write(fd, view) :]
             os.fsync(fd)
-        finally:
+            fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) | os.O_APPEND)
+            os.replace(tmp, self.path)
+        except BaseException:
             os.close(fd)
-        os.replace(tmp, self.path)
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+        if self._fd is not None:
+            os.close(self._fd)
+        self._fd = fd
+        self.size = os.fstat(fd).st_size
         with contextlib.suppress(OSError):
             dfd = os.open(self.path.parent, os.O_RDONLY | os.O_DIRECTORY)
             try:

@@ -46,6 +46,8 @@ PROMISES = {
         r"check, state kept:\s+p50\s+[\d.]+ us\s+p99\s+[\d.]+ us",
         r"ratio p50\s+[\d.]+x\s+p99\s+[\d.]+x",
         r"check, console attached: p50\s+[\d.]+ us\s+p99\s+[\d.]+ us",
+        r"agents, every call twice \(100 previews\)\s*: file\s+[\d.]+ MiB; last records\s+[\d.]+ MiB "
+        r"\(\s*[\d,]+ bytes per agent\)",
     ],
     "bench_server.py": [
         r"echo p50\s+[\d.]+ us p99\s+[\d.]+ us .*"

@@ -5,18 +5,33 @@ the endpoint changes the guard."""
 from __future__ import annotations
 
 import re
+import select
 import socket
 import subprocess
 import sys
+import threading
+import time
 import uuid
 
 import pytest
 
 from breaker.client import GuardClient
-from breaker.metrics import STALE, GuardCollector, MetricsServer, MetricsView
+from breaker.metrics import MAX_SCRAPES, STALE, GuardCollector, MetricsServer, MetricsView
 from breaker.tally import BUCKETS, HARNESS_LABELS, Tally, harness_label
 from tests.conftest import ROOT, Conn, request
-from tests.metricskit import free_port, http, metrics_url, names, scrape, scrape_until, stats, value, wait_for
+from tests.metricskit import (
+    free_port,
+    http,
+    metrics_url,
+    names,
+    parse,
+    scrape,
+    scrape_text,
+    scrape_until,
+    stats,
+    value,
+    wait_for,
+)
 
 # What a guard serves, its own names (process_* and python_info come from prometheus-client's collectors).
 GUARD_METRICS = {
@@ -234,6 +249,79 @@ def test_checks_are_answered_while_idle_connections_hold_the_metrics_port(guard_
     finally:
         for s in idle:
             s.close()
+
+
+class Dribbler:
+    """A client that sends a request one byte every `every` seconds (never finishing it) from a thread of
+    its own, until the server closes the connection (`closed` is set) or `stop()`."""
+
+    def __init__(self, host: str, port: int, every: float) -> None:
+        self.sock = socket.create_connection((host, port))
+        self.every = every
+        self.sent = 0
+        self.closed = threading.Event()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        request = b"GET /metrics HTTP/1.1\r\nHost: x\r\nX-Slow: " + b"a" * 100_000
+        for byte in request:
+            try:
+                self.sock.send(bytes([byte]))
+                self.sent += 1
+                ready, _, _ = select.select([self.sock], [], [], self.every)
+                if ready and not self.sock.recv(1024):
+                    break  # the server shut it (it never answers part of a request)
+            except OSError:
+                break
+            if self._stop.is_set():
+                return
+        self.closed.set()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(10)
+        self.sock.close()
+
+
+def _host_port(url: str) -> tuple[str, int]:
+    host, port = url.split("//")[1].split("/")[0].rsplit(":", 1)
+    return host, int(port)
+
+
+def test_a_scrape_is_answered_while_slow_clients_dribble_into_every_slot(guard_factory):
+    g = guard_factory("--metrics", "127.0.0.1:0")
+    url = metrics_url(g)
+    loop(g.socket, "a", 1)
+    allowed = {"harness": "claude-code", "decision": "allow"}
+    scrape_until(url, lambda s: value(s, "cbconsole_checks_total", **allowed) == 1)
+    dribblers = [Dribbler(*_host_port(url), every=1.0) for _ in range(MAX_SCRAPES)]  # one per slot
+    try:
+        wait_for(lambda: all(d.sent >= 2 for d in dribblers), message="every dribbler sent its bytes")
+        samples = parse(scrape_text(url, timeout=60))  # one scrape, waited for: it is answered, not closed
+        assert value(samples, "cbconsole_checks_total", **allowed) == 1
+        assert sum(not d.closed.is_set() for d in dribblers) >= MAX_SCRAPES - 1  # the rest still dribbling
+    finally:
+        for d in dribblers:
+            d.stop()
+
+
+def test_a_client_dribbling_its_request_is_cut_at_the_request_deadline():
+    collector = GuardCollector()
+    collector.view = _view(time.monotonic())
+    server = MetricsServer("127.0.0.1:0", collector, request_deadline=1.0)
+    dribblers = [Dribbler(*_host_port(server.url), every=0.1) for _ in range(2)]
+    try:
+        for d in dribblers:
+            assert d.closed.wait(30), "a client sending a byte every 0.1 s was never cut"
+        assert all(d.sent > 1 for d in dribblers)
+        collector.view = _view(time.monotonic())
+        assert value(scrape(server.url), "cbconsole_agents") == 1  # the slots are free again
+    finally:
+        for d in dribblers:
+            d.stop()
+        server.close()
 
 
 # -- the collector and the server in process -----------------------------------------------------------

@@ -10,6 +10,11 @@ Run:  .venv/bin/python tests/bench/bench_state.py          (add --quick for a fa
    `maxAgents`). Then checks at a steady rate from one client, first with no subscriber, then with a
    console-like subscriber reading every state frame. Printed: p50/p99 of each and the p99 ratio
    (target: check p99 <= 2 ms with the subscriber).
+3. Size. A guard keeping its state file, fed 1,000 then 10,000 agents with full windows (200 calls each,
+   the defaults), two ways: every call different (no previews), and every call made twice (100 repeated
+   keys per agent, each with a full preview: the fullest record the defaults allow). Printed: the file's
+   size after a clean stop, and what its last records weigh (the size right after a compaction), per
+   agent and in all: what the state file's limit (breaker.store.MAX_STATE_BYTES) is measured against.
 """
 
 from __future__ import annotations
@@ -190,15 +195,53 @@ def scale(agents: int, seconds: float, rate: int) -> None:
     print(f"  ratio p99 {w99 / a99:5.2f}x   target p99 <= 2000 us with the console attached")
 
 
+def size(agents: int, repeated: bool) -> None:
+    from breaker.store import _last_spans
+
+    window = 200
+    with tempfile.TemporaryDirectory() as tmp:
+        d = Path(tmp)
+        path = d / "size.cbstate"
+        proc, sock, _ = start_guard(d, "size", "--state", str(path))
+        try:
+            feed = Line(sock)
+            pad = "x" * 90  # each preview at its full 100 characters
+            for start in range(0, agents, 100):
+                frames = []
+                for a in range(start, min(agents, start + 100)):
+                    for n in range(window):
+                        key = n // 2 if repeated else n
+                        frames.append(check(n, f"agent-{a:05d}", {"query": f"{key} {pad}"}))
+                feed.pipeline(frames)
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(60)
+        data = path.read_bytes()
+        weight = sum(end - at for at, end in _last_spans(data))
+    how = "every call twice (100 previews)" if repeated else "every call different"
+    print(
+        f"  {agents:6,} agents, {how:32}: file {len(data) / 2**20:7.1f} MiB; last records {weight / 2**20:7.1f} MiB "
+        f"({weight / agents:7,.0f} bytes per agent)"
+    )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--scale-only", action="store_true", help="only the second part")
-    quick = ap.parse_args().quick
+    ap.add_argument("--size-only", action="store_true", help="only the third part")
+    args = ap.parse_args()
+    quick = args.quick
     print(f"Python {sys.version.split()[0]}, {os.cpu_count()} CPUs")
-    if "--scale-only" not in sys.argv:
+    if not args.scale_only and not args.size_only:
         persistence(rounds=2 if quick else 6, per_round=1_000 if quick else 5_000)
-    scale(agents=1_000 if quick else 10_000, seconds=1.0 if quick else 8.0, rate=1_000 if quick else 2_000)
+    if not args.size_only:
+        scale(agents=1_000 if quick else 10_000, seconds=1.0 if quick else 8.0, rate=1_000 if quick else 2_000)
+    if not args.scale_only:
+        print("size: the state file with full windows (window 200)")
+        for agents in (100,) if quick else (1_000, 10_000):
+            for repeated in (False, True):
+                size(agents, repeated)
 
 
 if __name__ == "__main__":
