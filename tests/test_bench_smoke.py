@@ -17,6 +17,12 @@ BENCH = Path(__file__).parent / "bench"
 _MS_ROW = r"median\s+[\d.]+ ms\s+p99\s+[\d.]+ ms\s+baseline median\s+[\d.]+ ms\s+p99\s+[\d.]+ ms\s+ratio\s+[\d.]+x"
 
 PROMISES = {
+    "bench_adversarial.py": [
+        r"baseline\s+checks\s+\d+\s+median [\d.]+ ms\s+p99 [\d.]+ ms\s+failure mode \d+ \([\d.]+%\)",
+        r"under attack\s+checks\s+\d+\s+median [\d.]+ ms\s+p99 [\d.]+ ms\s+failure mode \d+",
+        r"ratio \(p99 under attack / baseline p99\): [\d.]+x",
+        r"operators: \d+ config writes acknowledged, \d+ lost",
+    ],
     "bench_engine.py": [
         r"median\s+[\d.]+ us\s+p99\s+[\d.]+ us\s+baseline\s+[\d.]+ us\s+ratio\s+[\d.]+x",
         r"bytes per remembered call",
