@@ -103,6 +103,9 @@ def diff(change: Change) -> str:
 def check_writable(change: Change) -> None:
     """Refuse a change that writing by rename would get wrong, naming the file and the way out."""
     target = change.target
+    backup = backup_path(change.path)
+    if change.backup and os.path.isdir(backup) and not os.path.islink(backup):
+        raise SetupError(backup, "is a directory: setup keeps the file as it was under that name; move it away")
     if change.old is None:
         parent = target.parent
         while not parent.exists():
