@@ -345,3 +345,28 @@ def test_a_dsh_layer_that_holds_no_list_fails_because_dsh_refuses_to_start_with_
     checks = doctor.check_dsh(places(tmp_path), set(), Path("/d.sock"))
     assert ("fail", "dsh.layer") in statuses(checks)
     assert any(f"{layer}: holds no list" in c.message for c in checks)
+
+
+def test_a_socket_that_answers_ping_with_an_error_fails_the_guard_check(tmp_path):
+    import socket
+    import threading
+
+    run = tmp_path / "run"
+    run.mkdir(mode=0o700)
+    path = run / "guard.sock"
+    server = socket.socket(socket.AF_UNIX)
+    server.bind(str(path))
+    server.listen()
+
+    def answer() -> None:  # not a guard: whatever is asked, an error
+        conn, _ = server.accept()
+        with conn:
+            request = json.loads(conn.recv(65536).split(b"\n")[0])
+            conn.sendall(json.dumps({"id": request["id"], "error": {"code": "nope", "message": "no"}}).encode() + b"\n")
+
+    threading.Thread(target=answer, daemon=True).start()
+    try:
+        check = doctor.check_guard(path)
+    finally:
+        server.close()
+    assert check.status == "fail" and "answered ping with an error (nope: no)" in check.message

@@ -74,7 +74,7 @@ def _setup(harness: str, places: Places, project: Path | None = None) -> str:
 
 
 def check_guard(path: Path) -> Check:
-    from breaker.client import GuardClient
+    from breaker.client import GuardClient, GuardError
     from breaker.wire import GuardUnavailable
 
     start = "start it: `cbconsole` (the console, with the guard as its child) or `cbconsole --headless`"
@@ -101,6 +101,15 @@ def check_guard(path: Path) -> Check:
     except (GuardUnavailable, OSError) as exc:
         return Check(
             "guard", None, "fail", f"the guard at {path} does not answer ({exc}): tool calls run unchecked", start
+        )
+    except GuardError as exc:
+        return Check(
+            "guard",
+            None,
+            "fail",
+            f"the socket at {path} answered ping with an error ({exc!s:.200}), not as the guard does: tool "
+            "calls may run unchecked",
+            start,
         )
     finally:
         client.close()
