@@ -13,6 +13,7 @@ from breaker.hook import plugin_dir
 from breaker.wiring import doctor
 from breaker.wiring.harnesses import Places, find_cbhook, settings_snippet
 from breaker.wiring.setup import main as setup
+from tests.test_setup import put
 
 CBHOOK = find_cbhook()
 assert CBHOOK is not None
@@ -262,13 +263,13 @@ def test_a_dsh_layer_holding_a_huge_integer_fails_naming_the_file_and_line(capsy
     assert status == 1 and message.startswith(f"{layer}:2: ")
 
 
-HOSTILE = {
-    "nested 100,000 deep": ("{" + '"a": [' * 1 + "[" * 100_000 + "]" * 100_000 + "]}", "- " + "[" * 100_000),
+HOSTILE = {  # (a JSON settings file, a dsh layer)
+    "nested 100,000 deep": ('{"a": ' + "[" * 100_000 + "]" * 100_000 + "}", "- " + "[" * 100_000),
     "a NUL byte": ('{"a": 1}\x00', "- id: x\x00\n"),
     "not UTF-8": (b'{"a": "\xff"}', b"- id: \xff\n"),
     "over 4 MiB": ('{"a": "' + "x" * (5 * 1024 * 1024) + '"}', "- id: " + "x" * (5 * 1024 * 1024) + "\n"),
-    "a FIFO": (None, None),
-    "a directory": (None, None),
+    "a FIFO": ("a FIFO", "a FIFO"),
+    "a directory": ("a directory", "a directory"),
 }
 
 
@@ -278,13 +279,7 @@ HOSTILE = {
 def test_a_settings_file_doctor_cannot_read_is_a_failed_check_naming_it(capsys, home, harness, kind):
     path = places(home).dsh_layer() if harness == "dsh" else places(home).settings_file(harness)
     path.parent.mkdir(parents=True)
-    if kind == "a FIFO":
-        os.mkfifo(path)
-    elif kind == "a directory":
-        path.mkdir()
-    else:
-        content = HOSTILE[kind][1 if harness == "dsh" else 0]
-        path.write_bytes(content if isinstance(content, bytes) else content.encode("utf-8"))
+    put(path, HOSTILE[kind][1 if harness == "dsh" else 0])
     status, checks = doctor_json(capsys, home)
     name = "dsh.layer" if harness == "dsh" else f"{harness}.settings"
     (message,) = failed(checks, name)
@@ -298,10 +293,7 @@ def test_a_codex_config_toml_doctor_cannot_read_fails_the_trust_check_naming_it(
     config = home / ".codex" / "config.toml"
     config.unlink()
     contents = {"nested 100,000 deep": "a = " + "[" * 100_000 + "]" * 100_000, "a NUL byte": "a = 1\x00"}
-    if kind == "a directory":
-        config.mkdir()
-    else:
-        config.write_bytes(contents[kind].encode() if kind in contents else b'a = "\xff"\n')
+    put(config, contents.get(kind, b'a = "\xff"\n' if kind == "not UTF-8" else kind))
     status, checks = doctor_json(capsys, home)
     (message,) = failed(checks, "codex.trust")
     assert status == 1 and message.startswith(f"{config}: "), message
@@ -317,12 +309,7 @@ def test_a_dsh_profile_whose_package_json_cannot_be_read_is_a_warning_naming_it(
     assert setup(["dsh", "--home", str(home)]) == 0
     path = home / ".dsh" / "profiles" / "web" / "package.json"
     path.parent.mkdir(parents=True)
-    if manifest == "a FIFO":
-        os.mkfifo(path)
-    elif manifest == "a directory":
-        path.mkdir()
-    else:
-        path.write_bytes(manifest if isinstance(manifest, bytes) else manifest.encode())
+    put(path, manifest)
     _status, checks = doctor_json(capsys, home)
     (check,) = [c for c in checks if c["check"] == "dsh.profile"]
     assert check["status"] == "warn" and check["message"].startswith(str(path)) and "profile web" in check["message"]

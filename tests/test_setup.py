@@ -610,8 +610,14 @@ def test_a_dsh_layer_holding_a_huge_integer_is_refused_naming_the_file_and_line(
     assert path.read_text() == text
 
 
-def _fifo(path: Path) -> None:
-    os.mkfifo(path)
+def put(path: Path, what: str | bytes) -> None:
+    """Where a file belongs: "a FIFO", "a directory", or a file holding `what` (text as UTF-8)."""
+    if what == "a FIFO":
+        os.mkfifo(path)
+    elif what == "a directory":
+        path.mkdir()
+    else:
+        path.write_bytes(what if isinstance(what, bytes) else what.encode("utf-8"))
 
 
 HOSTILE_JSON = {
@@ -647,13 +653,7 @@ def test_a_file_setup_cannot_use_is_refused_naming_it_and_nothing_is_changed(
 ):
     path = tmp_path / file
     path.parent.mkdir(parents=True)
-    if kind == "a FIFO":
-        _fifo(path)
-    elif kind == "a directory":
-        path.mkdir()
-    else:
-        content = inputs[kind]
-        path.write_bytes(content if isinstance(content, bytes) else content.encode("utf-8"))
+    put(path, inputs.get(kind, kind))
     before = sorted(str(p) for p in tmp_path.rglob("*"))
     for args in ((), ("--remove",)):
         status, out, err = setup(capsys, tmp_path, harness, *args)
@@ -681,10 +681,7 @@ def test_a_dsh_plugin_row_without_a_name_is_refused_naming_the_file(capsys, tmp_
 def test_a_dsh_profile_whose_package_json_cannot_be_read_does_not_stop_setup(capsys, tmp_path, manifest):
     profile = tmp_path / ".dsh" / "profiles" / "web"
     profile.mkdir(parents=True)
-    if manifest == "a FIFO":
-        _fifo(profile / "package.json")
-    else:
-        (profile / "package.json").write_bytes(manifest if isinstance(manifest, bytes) else manifest.encode())
+    put(profile / "package.json", manifest)
     status, _out, err = setup(capsys, tmp_path, "dsh")
     assert (status, err) == (0, "")
     assert dsh_rows(tmp_path / FILES["dsh"])[0] == {"insert": [{"id": "circuit-breaker", "name": PLUGIN}]}
