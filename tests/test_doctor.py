@@ -13,6 +13,7 @@ from breaker.hook import plugin_dir
 from breaker.wiring import doctor
 from breaker.wiring.harnesses import Places, find_cbhook, settings_snippet
 from breaker.wiring.setup import main as setup
+from tests.test_setup import put
 
 CBHOOK = find_cbhook()
 assert CBHOOK is not None
@@ -195,3 +196,164 @@ def test_doctor_exits_1_when_a_check_fails_and_prints_json_for_scripts(guard, tm
     assert doctor.main(["--home", str(tmp_path), "--socket", str(guard.socket)]) == 0
     out = capsys.readouterr().out
     assert "ok    guard" in out and "Nothing failed." in out
+
+
+# -- files doctor cannot use: a failed check naming the file, never a traceback ----------------------
+
+
+def installed(home: Path) -> None:
+    """Programs where an installer puts them (~/.local/bin) that print a proven version and exit: doctor
+    checks each harness's files (and, Codex's app-server not answering, reads config.toml itself)."""
+    bin_dir = home / ".local" / "bin"
+    bin_dir.mkdir(parents=True)
+    for name, version in (("claude", "2.1.332"), ("codex", "0.171.0"), ("gemini", "0.61.0"), ("dsh", "0.1.0-rc.8")):
+        (bin_dir / name).write_text(f"#!/bin/sh\necho {version}\n")
+        (bin_dir / name).chmod(0o755)
+
+
+def doctor_json(capsys, home: Path) -> tuple[int, list[dict]]:
+    capsys.readouterr()  # what setup printed before
+    status = doctor.main(["--home", str(home), "--json"])
+    return status, json.loads(capsys.readouterr().out)
+
+
+def failed(checks: list[dict], name: str) -> list[str]:
+    return [c["message"] for c in checks if c["check"] == name and c["status"] == "fail"]
+
+
+@pytest.fixture
+def home(tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    monkeypatch.setenv("CBCONSOLE_SOCKET", str(tmp_path / "none" / "guard.sock"))
+    installed(tmp_path)
+    return tmp_path
+
+
+@pytest.mark.timeout(120)  # int() is quadratic in the digits: a million must not hang doctor
+@pytest.mark.parametrize("digits", [5000, 1_000_000])
+@pytest.mark.parametrize("harness", ["claude-code", "codex", "gemini"])
+def test_settings_holding_a_huge_integer_are_read_and_their_hooks_checked(capsys, home, harness, digits):
+    assert setup(["codex" if harness == "codex" else harness, "--home", str(home)]) == 0
+    path = places(home).settings_file(harness)
+    text = path.read_text()
+    path.write_text(text.replace("{", '{\n  "big": ' + "7" * digits + ",", 1))
+    _status, checks = doctor_json(capsys, home)
+    assert [c["status"] for c in checks if c["check"] == f"{harness}.hook"] == ["ok"]
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("digits", [5000, 1_000_000])
+def test_a_codex_config_toml_holding_a_huge_integer_fails_the_trust_check_naming_the_file(capsys, home, digits):
+    assert setup(["codex", "--home", str(home)]) == 0
+    config = home / ".codex" / "config.toml"
+    config.write_text(config.read_text() + "big = " + "7" * digits + "\n")
+    status, checks = doctor_json(capsys, home)
+    (message,) = failed(checks, "codex.trust")
+    assert status == 1 and message.startswith(f"{config}: line ") and "more than 4,300 digits" in message
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("digits", [5000, 1_000_000])
+def test_a_dsh_layer_holding_a_huge_integer_fails_naming_the_file_and_line(capsys, home, digits):
+    layer = home / ".dsh" / "cordis.patch.yml"
+    layer.parent.mkdir()
+    layer.write_text("# mine\n- id: session-persistence-jsonl\n  config: {n: " + "7" * digits + "}\n")
+    status, checks = doctor_json(capsys, home)
+    (message,) = failed(checks, "dsh.layer")
+    assert status == 1 and message.startswith(f"{layer}:2: ")
+
+
+HOSTILE = {  # (a JSON settings file, a dsh layer)
+    "nested 100,000 deep": ('{"a": ' + "[" * 100_000 + "]" * 100_000 + "}", "- " + "[" * 100_000),
+    "a NUL byte": ('{"a": 1}\x00', "- id: x\x00\n"),
+    "not UTF-8": (b'{"a": "\xff"}', b"- id: \xff\n"),
+    "over 4 MiB": ('{"a": "' + "x" * (5 * 1024 * 1024) + '"}', "- id: " + "x" * (5 * 1024 * 1024) + "\n"),
+    "a FIFO": ("a FIFO", "a FIFO"),
+    "a directory": ("a directory", "a directory"),
+}
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("kind", list(HOSTILE))
+@pytest.mark.parametrize("harness", ["claude-code", "codex", "gemini", "dsh"])
+def test_a_settings_file_doctor_cannot_read_is_a_failed_check_naming_it(capsys, home, harness, kind):
+    path = places(home).dsh_layer() if harness == "dsh" else places(home).settings_file(harness)
+    path.parent.mkdir(parents=True)
+    put(path, HOSTILE[kind][1 if harness == "dsh" else 0])
+    status, checks = doctor_json(capsys, home)
+    name = "dsh.layer" if harness == "dsh" else f"{harness}.settings"
+    (message,) = failed(checks, name)
+    assert status == 1 and message.startswith(str(path)), message
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("kind", ["nested 100,000 deep", "a NUL byte", "not UTF-8", "a directory"])
+def test_a_codex_config_toml_doctor_cannot_read_fails_the_trust_check_naming_it(capsys, home, kind):
+    assert setup(["codex", "--home", str(home)]) == 0
+    config = home / ".codex" / "config.toml"
+    config.unlink()
+    contents = {"nested 100,000 deep": "a = " + "[" * 100_000 + "]" * 100_000, "a NUL byte": "a = 1\x00"}
+    put(config, contents.get(kind, b'a = "\xff"\n' if kind == "not UTF-8" else kind))
+    status, checks = doctor_json(capsys, home)
+    (message,) = failed(checks, "codex.trust")
+    assert status == 1 and message.startswith(f"{config}: "), message
+
+
+@pytest.mark.timeout(60)  # a FIFO read would block for ever
+@pytest.mark.parametrize(
+    "manifest",
+    ["a FIFO", b'{"dsh": "\xff"}', '{"dsh": ' + "[" * 100_000 + "]" * 100_000 + "}", "a directory"],
+    ids=["fifo", "not-utf8", "nested", "directory"],
+)
+def test_a_dsh_profile_whose_package_json_cannot_be_read_is_a_warning_naming_it(capsys, home, manifest):
+    assert setup(["dsh", "--home", str(home)]) == 0
+    path = home / ".dsh" / "profiles" / "web" / "package.json"
+    path.parent.mkdir(parents=True)
+    put(path, manifest)
+    _status, checks = doctor_json(capsys, home)
+    (check,) = [c for c in checks if c["check"] == "dsh.profile"]
+    assert check["status"] == "warn" and check["message"].startswith(str(path)) and "profile web" in check["message"]
+
+
+def test_a_dsh_profile_with_the_bundle_is_read_past_a_huge_integer_in_its_package_json(tmp_path):
+    profile = tmp_path / ".dsh" / "profiles" / "web"
+    profile.mkdir(parents=True)
+    manifest = {"n": 0, "dsh": {"profile": {"bundles": ["cbconsole-circuit-breaker"]}}}
+    (profile / "package.json").write_text(json.dumps(manifest).replace("0", "7" * 5000))
+    assert setup(["dsh", "--home", str(tmp_path), "--profile", "web"]) == 0
+    checks = doctor.check_dsh(places(tmp_path), set(), Path("/d.sock"))
+    assert statuses(checks)[0] == ("ok", "dsh.plugin")
+
+
+def test_a_dsh_layer_that_holds_no_list_fails_because_dsh_refuses_to_start_with_it(tmp_path):
+    assert setup(["dsh", "--home", str(tmp_path)]) == 0
+    layer = tmp_path / ".dsh" / "cordis.patch.yml"
+    layer.write_text("# everything taken out by hand\n")
+    checks = doctor.check_dsh(places(tmp_path), set(), Path("/d.sock"))
+    assert ("fail", "dsh.layer") in statuses(checks)
+    assert any(f"{layer}: holds no list" in c.message for c in checks)
+
+
+def test_a_socket_that_answers_ping_with_an_error_fails_the_guard_check(tmp_path):
+    import socket
+    import threading
+
+    run = tmp_path / "run"
+    run.mkdir(mode=0o700)
+    path = run / "guard.sock"
+    server = socket.socket(socket.AF_UNIX)
+    server.bind(str(path))
+    server.listen()
+
+    def answer() -> None:  # not a guard: whatever is asked, an error
+        conn, _ = server.accept()
+        with conn:
+            request = json.loads(conn.recv(65536).split(b"\n")[0])
+            conn.sendall(json.dumps({"id": request["id"], "error": {"code": "nope", "message": "no"}}).encode() + b"\n")
+
+    threading.Thread(target=answer, daemon=True).start()
+    try:
+        check = doctor.check_guard(path)
+    finally:
+        server.close()
+    assert check.status == "fail" and "answered ping with an error (nope: no)" in check.message

@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 
 from breaker.hook import plugin_dir
 from breaker.wiring import codex
+from breaker.wiring.dsh import HEADER
 from breaker.wiring.harnesses import HOOKS, find_cbhook, settings_snippet
 from breaker.wiring.setup import main
 
@@ -450,3 +451,266 @@ def test_the_modes_setup_writes_follow_the_file(capsys, tmp_path):
     setup(capsys, tmp_path, "claude-code")
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
     assert stat.S_IMODE((path.parent / "settings.json.cbconsole-backup").stat().st_mode) == 0o600
+
+
+# -- --remove: the original's bytes only when the file is exactly what setup wrote -------------------
+
+# (harness, the file the user edits, its text before setup, the user's edits after setup: (old, new) text)
+ORIGINALS: list[tuple[str, str, str, list[tuple[str, str]]]] = [
+    ("claude-code", FILES["claude-code"], '{\n  "model": "opus"\n}\n', [("{\n", "{\n\n"), ('"opus"', '"sonnet"')]),
+    ("codex", FILES["codex"], '{\n  "hooks": {},\n  "x": 1\n}\n', [("{\n", "{\n\n"), ('"x": 1', '"x": 2')]),
+    (
+        "codex",
+        ".codex/config.toml",
+        '# mine\nmodel = "o5"\n',
+        [("# mine\n", "# mine\n# added later\n"), ('"o5"', '"o6"')],
+    ),
+    (
+        "gemini",
+        FILES["gemini"],
+        '{\n  // mine\n  "theme": "dark",\n  "model": {"disableLoopDetection": false}\n}\n',
+        [("// mine\n", "// mine\n  // added later\n"), ('"dark"', '"light"')],
+    ),
+    (
+        "cursor",
+        FILES["cursor"],
+        '{\n  "version": 1,\n  "hooks": {}\n}\n',
+        [("{\n", "{\n\n"), ('"hooks"', '"x": 2,\n  "hooks"')],
+    ),
+    (
+        "dsh",
+        FILES["dsh"],
+        "# mine\n- id: session-persistence-jsonl\n  config: {root: x}\n",
+        [("# mine\n", "# mine\n# added later\n"), ("root: x", "root: y")],
+    ),
+    ("dsh", FILES["dsh"], "# what `dsh plugin add` writes\n[]\n", [("\n", "\n# added later\n")]),  # setup's block list
+    ("dsh", FILES["dsh"], "[{id: x, config: {a: 1}}]\n", [("[", "# added later\n["), ("a: 1", "a: 2")]),  # a flow list
+]
+
+
+def setups_entries(home: Path) -> list[str]:
+    """The files under `home` (backups aside) that still hold something setup writes."""
+    marks = ("cbhook", "hooks.state", "circuit-breaker", 'disableLoopDetection": true')
+    return [
+        str(p)
+        for p in home.rglob("*")
+        if p.is_file() and not p.name.endswith(".cbconsole-backup") and any(m in p.read_text() for m in marks)
+    ]
+
+
+@pytest.mark.parametrize(
+    ("harness", "file", "original", "edit"),
+    [(h, f, o, e) for h, f, o, edits in ORIGINALS for e in edits],
+    ids=[f"{h}:{Path(f).name}:{e[1].strip()[:14]}" for h, f, o, edits in ORIGINALS for e in edits],
+)
+def test_remove_after_the_user_changed_the_file_takes_out_only_setups_entries_and_keeps_the_users_edit(
+    capsys, tmp_path, harness, file, original, edit
+):
+    path = tmp_path / file
+    path.parent.mkdir(parents=True)
+    path.write_text(original)
+    assert setup(capsys, tmp_path, harness)[0] == 0
+    text = path.read_text()
+    assert edit[0] in text and text != original
+    path.write_text(text.replace(*edit, 1))  # a comment, a blank line, another value: the user's since
+    status, out, err = setup(capsys, tmp_path, harness, "--remove")
+    assert (status, err) == (0, "")
+    assert path.read_text() == original.replace(*edit, 1)  # the edit kept; setup's entries gone, and only them
+    assert setups_entries(tmp_path) == []
+    backup = path.parent / (path.name + ".cbconsole-backup")
+    assert backup.read_text() == original and f"{backup} is kept" in out
+
+
+@pytest.mark.parametrize(
+    ("harness", "file", "original"),
+    [(h, f, o) for h, f, o, _e in ORIGINALS],
+    ids=[f"{h}:{Path(f).name}:{i}" for i, (h, f, _o, _e) in enumerate(ORIGINALS)],
+)
+def test_remove_when_nothing_changed_since_setup_puts_back_the_original_bytes_and_drops_the_backup(
+    capsys, tmp_path, harness, file, original
+):
+    path = tmp_path / file
+    path.parent.mkdir(parents=True)
+    path.write_text(original)
+    assert setup(capsys, tmp_path, harness)[0] == 0
+    assert setup(capsys, tmp_path, harness, "--socket", "/run/other/guard.sock", "--fail-closed")[0] == 0
+    assert setup(capsys, tmp_path, harness, "--remove")[0] == 0
+    assert path.read_text() == original
+    assert list(tmp_path.rglob("*.cbconsole-backup")) == [] and setups_entries(tmp_path) == []
+
+
+@pytest.mark.parametrize(
+    ("harness", "file", "mine", "left"),
+    [
+        ("gemini", FILES["gemini"], "  // mine\n", "{\n  // mine\n}\n"),
+        ("claude-code", FILES["claude-code"], '  "theme": "dark",\n', '{\n  "theme": "dark"\n}\n'),
+        ("cursor", FILES["cursor"], '  "theme": "dark",\n', '{\n  "theme": "dark"\n}\n'),
+        ("codex", ".codex/config.toml", "# mine\n", "# mine\n"),
+        ("dsh", FILES["dsh"], "# mine\n", f"# mine\n{HEADER}[]\n"),
+    ],
+)
+def test_a_file_setup_created_stays_after_remove_with_what_the_user_added_to_it(
+    capsys, tmp_path, harness, file, mine, left
+):
+    path = tmp_path / file
+    assert setup(capsys, tmp_path, harness)[0] == 0
+    text = path.read_text()
+    at = text.index("\n") + 1 if text.startswith("{") else 0
+    path.write_text(text[:at] + mine + text[at:])  # the user's line, first in the file setup created
+    assert setup(capsys, tmp_path, harness, "--remove")[0] == 0
+    assert path.read_text() == left  # theirs, and nothing of setup's but what holds it together
+    assert setups_entries(tmp_path) == []
+
+
+# -- odd and hostile files: a clear refusal naming the file, or the job done; never a traceback -------
+
+
+@pytest.mark.timeout(120)  # int() is quadratic in the digits: a million must not hang setup
+@pytest.mark.parametrize("digits", [5000, 1_000_000])
+@pytest.mark.parametrize("harness", JSON_HARNESSES)
+def test_a_settings_file_holding_a_huge_integer_is_set_up_and_removed_keeping_the_number_to_the_byte(
+    capsys, tmp_path, harness, digits
+):
+    path = tmp_path / FILES[harness]
+    path.parent.mkdir(parents=True)
+    big = "7" * digits
+    text = '{\n  "big": ' + big + ',\n  "small": [-' + big + "]\n}\n"
+    path.write_text(text)
+    status, _out, err = setup(capsys, tmp_path, harness)
+    assert (status, err) == (0, "")
+    assert path.read_text().startswith(text[: text.rindex("]") + 1])  # the numbers' bytes as they were
+    assert setup(capsys, tmp_path, harness, "--remove")[0] == 0
+    assert path.read_text() == text
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("digits", [5000, 1_000_000])
+def test_a_codex_config_toml_holding_a_huge_integer_is_refused_naming_the_file_and_line(capsys, tmp_path, digits):
+    config = tmp_path / ".codex" / "config.toml"
+    config.parent.mkdir()
+    text = '# mine\nmodel = "o5"\nbig = ' + "7" * digits + "\n"
+    config.write_text(text)
+    for args in ((), ("--remove",)):
+        status, out, err = setup(capsys, tmp_path, "codex", *args)
+        assert status == 1 and out == ""
+        assert err.startswith(f"cbconsole setup: {config}: line 3: holds an integer of more than 4,300 digits"), err
+        assert config.read_text() == text and not (tmp_path / FILES["codex"]).exists()
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("digits", [5000, 1_000_000])
+def test_a_dsh_layer_holding_a_huge_integer_is_refused_naming_the_file_and_line(capsys, tmp_path, digits):
+    path = tmp_path / FILES["dsh"]
+    path.parent.mkdir()
+    text = "# mine\n- id: session-persistence-jsonl\n  config: {n: " + "7" * digits + "}\n"
+    path.write_text(text)
+    status, out, err = setup(capsys, tmp_path, "dsh")
+    assert status == 1 and out == ""
+    assert err.startswith(f"cbconsole setup: {path}: line 2: ") and "4,300" in err, err
+    assert path.read_text() == text
+
+
+def put(path: Path, what: str | bytes) -> None:
+    """Where a file belongs: "a FIFO", "a directory", or a file holding `what` (text as UTF-8)."""
+    if what == "a FIFO":
+        os.mkfifo(path)
+    elif what == "a directory":
+        path.mkdir()
+    else:
+        path.write_bytes(what if isinstance(what, bytes) else what.encode("utf-8"))
+
+
+HOSTILE_JSON = {
+    "nested 100,000 deep": '{"a": ' + "[" * 100_000 + "]" * 100_000 + "}",
+    "a NUL byte": '{"a": 1}\x00',
+    "not UTF-8": b'{"a": "\xff"}',
+    "over 4 MiB": '{"a": "' + "x" * (5 * 1024 * 1024) + '"}',
+}
+HOSTILE_TOML = {
+    "nested 100,000 deep": "a = " + "[" * 100_000 + "]" * 100_000 + "\n",
+    "a NUL byte": "a = 1\x00\n",
+    "not UTF-8": b'a = "\xff"\n',
+    "over 4 MiB": 'a = "' + "x" * (5 * 1024 * 1024) + '"\n',
+}
+HOSTILE_YAML = {
+    "nested 100,000 deep": "- " + "[" * 100_000 + "]" * 100_000 + "\n",
+    "a NUL byte": "- id: x\x00\n",
+    "not UTF-8": b"- id: \xff\n",
+    "over 4 MiB": "- id: " + "x" * (5 * 1024 * 1024) + "\n",
+}
+HOSTILE_FILES = [
+    *[(h, FILES[h], HOSTILE_JSON) for h in JSON_HARNESSES],
+    ("codex", ".codex/config.toml", HOSTILE_TOML),
+    ("dsh", FILES["dsh"], HOSTILE_YAML),
+]
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("kind", [*HOSTILE_JSON, "a FIFO", "a directory"])
+@pytest.mark.parametrize(("harness", "file", "inputs"), HOSTILE_FILES, ids=[f"{h}:{f}" for h, f, _i in HOSTILE_FILES])
+def test_a_file_setup_cannot_use_is_refused_naming_it_and_nothing_is_changed(
+    capsys, tmp_path, harness, file, inputs, kind
+):
+    path = tmp_path / file
+    path.parent.mkdir(parents=True)
+    put(path, inputs.get(kind, kind))
+    before = sorted(str(p) for p in tmp_path.rglob("*"))
+    for args in ((), ("--remove",)):
+        status, out, err = setup(capsys, tmp_path, harness, *args)
+        assert status == 1 and out == "", (out, err)
+        assert err.startswith(f"cbconsole setup: {path}: ") and "\n" == err[-1] and err.count("\n") == 1, err
+        assert sorted(str(p) for p in tmp_path.rglob("*")) == before  # nothing created, nothing backed up
+
+
+def test_a_dsh_plugin_row_without_a_name_is_refused_naming_the_file(capsys, tmp_path):
+    path = tmp_path / FILES["dsh"]
+    path.parent.mkdir()
+    text = "- insert:\n    - id: circuit-breaker\n      config: {duplicateLimit: 4}\n"
+    path.write_text(text)
+    status, _out, err = setup(capsys, tmp_path, "dsh")
+    assert status == 1 and err.startswith(f"cbconsole setup: {path}: ") and "has no `name`" in err, err
+    assert path.read_text() == text
+
+
+@pytest.mark.timeout(60)  # a FIFO read would block for ever
+@pytest.mark.parametrize(
+    "manifest",
+    ["a FIFO", b'{"dsh": "\xff"}', '{"dsh": ' + "[" * 100_000 + "]" * 100_000 + "}", '{"n": ' + "7" * 5000 + "}"],
+    ids=["fifo", "not-utf8", "nested", "huge-integer"],
+)
+def test_a_dsh_profile_whose_package_json_cannot_be_read_does_not_stop_setup(capsys, tmp_path, manifest):
+    profile = tmp_path / ".dsh" / "profiles" / "web"
+    profile.mkdir(parents=True)
+    put(profile / "package.json", manifest)
+    status, _out, err = setup(capsys, tmp_path, "dsh")
+    assert (status, err) == (0, "")
+    assert dsh_rows(tmp_path / FILES["dsh"])[0] == {"insert": [{"id": "circuit-breaker", "name": PLUGIN}]}
+
+
+def test_a_directory_where_the_backup_goes_is_refused_before_anything_is_written(capsys, tmp_path):
+    path = tmp_path / FILES["codex"]
+    path.parent.mkdir()
+    path.write_text("{}\n")
+    (path.parent / "hooks.json.cbconsole-backup").mkdir()
+    status, _out, err = setup(capsys, tmp_path, "codex")
+    assert status == 1 and f"{path}.cbconsole-backup: is a directory" in err, err
+    assert path.read_text() == "{}\n"
+    assert not (path.parent / "config.toml").exists()  # not even the trust, which is written first
+
+
+@pytest.mark.parametrize(
+    ("harness", "file", "text"),
+    [
+        ("claude-code", FILES["claude-code"], "{}\n"),
+        ("gemini", FILES["gemini"], "{\n}\n"),
+        ("codex", ".codex/config.toml", ""),
+        ("dsh", FILES["dsh"], "[]\n"),
+    ],
+)
+def test_remove_leaves_a_file_setup_never_wrote_in_alone_even_an_empty_one(capsys, tmp_path, harness, file, text):
+    path = tmp_path / file
+    path.parent.mkdir(parents=True)
+    path.write_text(text)
+    status, out, _err = setup(capsys, tmp_path, harness, "--remove")
+    assert status == 0 and "holds no cbconsole entries; nothing changed" in out
+    assert path.read_text() == text

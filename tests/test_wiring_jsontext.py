@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from breaker.wiring.jsontext import Document, JsonTextError
+from breaker.wiring.jsontext import Document, JsonTextError, Number, dumps
 
 keys = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), min_size=1, max_size=6)
 leaves = st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | keys
@@ -113,3 +113,32 @@ def test_duplicate_members_read_as_json_parse_does_the_last_one_wins():
 def test_a_blank_file_reads_as_an_empty_object_and_gets_one():
     doc = Document("  \n")
     assert doc.value == {} and json.loads(doc.set(("a",), 1)) == {"a": 1}
+
+
+# -- numbers: read without trusting their length -------------------------------------------------
+
+
+@pytest.mark.timeout(60)  # int() of a million digits is quadratic: this must finish, not hang
+@pytest.mark.parametrize("digits", [5000, 1_000_000])
+def test_an_integer_too_long_to_convert_is_kept_as_its_text_and_edits_keep_it_to_the_byte(digits):
+    big = "-" + "7" * digits
+    text = '{\n  "big": ' + big + ',\n  "list": [1, ' + big[1:] + "]\n}\n"
+    doc = Document(text)
+    assert doc.value == {"big": Number(big), "list": [1, Number(big[1:])]}
+    added = doc.set(("hooks",), {"X": [1]})
+    assert added.startswith(text[: text.rindex("]") + 1])  # every byte before the new member kept
+    assert Document(added).get(("hooks",)) == {"X": [1]}
+    assert Document(added).delete(("hooks",)) == text
+    assert dumps({"n": Number(big)}) == '{"n": ' + big + "}"
+
+
+def test_integers_up_to_640_digits_are_ints_and_other_numbers_read_as_json_loads_reads_them():
+    numbers = ["0", "-0", "12", "9" * 640, "-" + "9" * 639, "1.5", "-2e-3", "1E400", "1" * 5000 + ".5"]
+    text = "{" + ", ".join(f'"{i}": {n}' for i, n in enumerate(numbers)) + "}"
+    assert Document(text).value == json.loads(text)
+    assert Document('{"n": ' + "9" * 641 + "}").value == {"n": Number("9" * 641)}
+
+
+def test_dumps_writes_what_json_dumps_writes_for_plain_values():
+    value = {"a": [1, 2.5, None, True, {"b": 'ü"\n'}], "c": {}, "d": []}
+    assert dumps(value) == json.dumps(value, ensure_ascii=False, separators=(", ", ": "))

@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import sys
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -75,6 +76,23 @@ def _parse(path: Path, text: str) -> dict[str, Any]:
     except tomllib.TOMLDecodeError as exc:
         raise SetupError(
             path, f"is not valid TOML ({exc}); nothing was changed. Fix it, then run setup again"
+        ) from None
+    except ValueError as exc:  # tomllib's int() refuses more digits than sys.get_int_max_str_digits()
+        limit = sys.get_int_max_str_digits()
+        long = re.search(rf"(?<![\w.])[+-]?[0-9](?:_?[0-9]){{{limit},}}", text) if limit else None
+        if long is None:
+            raise SetupError(path, f"cannot be read as TOML ({exc}); nothing was changed") from None
+        raise SetupError(
+            path,
+            f"line {text.count(chr(10), 0, long.start()) + 1}: holds an integer of more than {limit:,} digits, "
+            "which is not valid TOML (its integers are 64-bit; Codex refuses the file too); nothing was changed. "
+            "Fix it, then run setup again",
+        ) from None
+    except RecursionError:
+        raise SetupError(
+            path,
+            "nests arrays or inline tables too deeply to be read (a config.toml nests a few levels); nothing was "
+            "changed. Fix it, then run setup again",
         ) from None
 
 

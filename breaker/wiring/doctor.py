@@ -26,9 +26,9 @@ from pathlib import Path
 from typing import Any
 
 from breaker.patch import PatchError
-from breaker.paths import check_socket, default_socket_path
+from breaker.paths import FileProblem, check_socket, default_socket_path, read_regular
 from breaker.wiring import codex, dsh
-from breaker.wiring.files import SetupError, decode, read
+from breaker.wiring.files import MAX_BYTES, SetupError, decode, read
 from breaker.wiring.harnesses import (
     CHECK_EVENT,
     HOOKS,
@@ -74,7 +74,7 @@ def _setup(harness: str, places: Places, project: Path | None = None) -> str:
 
 
 def check_guard(path: Path) -> Check:
-    from breaker.client import GuardClient
+    from breaker.client import GuardClient, GuardError
     from breaker.wire import GuardUnavailable
 
     start = "start it: `cbconsole` (the console, with the guard as its child) or `cbconsole --headless`"
@@ -102,6 +102,15 @@ def check_guard(path: Path) -> Check:
         return Check(
             "guard", None, "fail", f"the guard at {path} does not answer ({exc}): tool calls run unchecked", start
         )
+    except GuardError as exc:
+        return Check(
+            "guard",
+            None,
+            "fail",
+            f"the socket at {path} answered ping with an error ({exc!s:.200}), not as the guard does: tool "
+            "calls may run unchecked",
+            start,
+        )
     finally:
         client.close()
     if not reply.get("pong"):
@@ -123,15 +132,21 @@ def _npm_version(program: Path, package: str | None) -> str | None:
     for directory in (here, *here.parents):
         manifest = directory / "package.json"
         if manifest.is_file():
-            try:
-                data = json.loads(manifest.read_text())
-            except (OSError, ValueError):
-                return None
-            if isinstance(data, dict) and data.get("name") == package and isinstance(data.get("version"), str):
-                return data["version"]
+            data = _json_object(manifest)
+            if data is not None and data.get("name") == package and isinstance(data.get("version"), str):
+                return str(data["version"])
             if directory.name == "node_modules":
                 return None
     return None
+
+
+def _json_object(path: Path) -> dict[str, Any] | None:
+    """A small JSON file's top-level object, or None if it cannot be read as one."""
+    try:
+        data = read_regular(path, MAX_BYTES)
+        return Document(data.decode("utf-8")).value if data is not None else None
+    except (FileProblem, UnicodeDecodeError, JsonTextError):
+        return None
 
 
 def version_of(program: Path, places: Places, harness: str | None = None) -> str | None:
@@ -426,7 +441,7 @@ def codex_hooks_list(program: Path, places: Places, cwd: Path) -> list[dict[str,
                 return "`codex app-server` exited without answering hooks/list"
             try:
                 msg = json.loads(line)
-            except ValueError:
+            except (ValueError, RecursionError):
                 continue
             if isinstance(msg, dict) and msg.get("id") == 2:
                 if "error" in msg:
@@ -537,8 +552,19 @@ def check_dsh(places: Places, sockets: set[Path], default: Path) -> list[Check]:
     layers: dict[str, dsh.Layer] = {}
     out: list[Check] = []
     candidates = {"": places.dsh_layer()}
-    bundles = dsh.profile_bundles(home)
-    for profile in bundles:
+    profiles = dsh.read_profiles(home)
+    bundles = profiles.bundles
+    for profile, why in profiles.problems.items():
+        out.append(
+            Check(
+                "dsh.profile",
+                "dsh",
+                "warn",
+                f"{why}: doctor cannot tell whether dsh profile {profile} loads the plugin",
+                "fix the file by hand",
+            )
+        )
+    for profile in [*bundles, *profiles.problems]:
         candidates[profile] = places.dsh_layer(profile)
     for profile, path in candidates.items():
         try:
@@ -549,7 +575,7 @@ def check_dsh(places: Places, sockets: set[Path], default: Path) -> list[Check]:
         if text is None:
             continue
         try:
-            layers[profile] = dsh.read_layer_file(path, text)
+            layer = dsh.read_layer_file(path, text)
         except PatchError as exc:
             out.append(
                 Check(
@@ -561,6 +587,20 @@ def check_dsh(places: Places, sockets: set[Path], default: Path) -> list[Check]:
                     "fix the file by hand (a file that holds `[]` takes no rows after it: replace the `[]`)",
                 )
             )
+            continue
+        if layer.root is None:
+            out.append(
+                Check(
+                    "dsh.layer",
+                    "dsh",
+                    "fail",
+                    f"{path}: holds no list (an empty file, or only comments): dsh refuses to start"
+                    f"{' profile ' + profile if profile else ''} with it (a patch layer must be a YAML list)",
+                    "write `[]` in it, or delete it",
+                )
+            )
+            continue
+        layers[profile] = layer
     plugin = os.path.join(plugin_dir(), "index.mjs")
     rows = [(p, layer, row) for p, layer in layers.items() for _i, _j, row in layer.plugin_rows()]
     for _p, layer, row in rows:

@@ -17,10 +17,20 @@ from pathlib import Path
 from typing import Any
 
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
+from yaml.reader import ReaderError
 
 from breaker.patch import ROW_ID, PatchError, parse_entries
 
-__all__ = ["BUNDLE", "HMR_ROW", "Layer", "is_plugin_name", "read_layer_file"]
+__all__ = [
+    "BUNDLE",
+    "HMR_ROW",
+    "Layer",
+    "Profiles",
+    "is_plugin_name",
+    "only_header",
+    "read_layer_file",
+    "read_profiles",
+]
 
 BUNDLE = "cbconsole-circuit-breaker"  # the plugin's package name, as `dsh plugin add` installs it
 HMR_ROW: dict[str, Any] = {"id": "hmr", "disabled": False, "config": {"root": []}}
@@ -131,13 +141,16 @@ class Layer:
             raise PatchError(self.path, f"the {ROW_ID} row here has no `name` to update; edit it by hand")
         return self.text[: node.start_mark.index] + json.dumps(name) + self.text[node.end_mark.index :]
 
-    def without_entries(self, indices: list[int]) -> str | None:
-        """The text without the top-level entries at `indices` (block lists only; None for a flow list)."""
-        if self.root is None or self.root.flow_style:
-            return None
+    def without_entries(self, indices: list[int]) -> str:
+        """The text without the top-level entries at `indices`, every other byte kept. A list left with
+        no entry is `[]`: dsh refuses a layer that holds no list ("must be a top-level YAML array")."""
+        if self.root is None or not indices:
+            return self.text
+        if self.root.flow_style:
+            return self._without_flow(set(indices))
         text = self.text
         values = self.root.value
-        for i in sorted(indices, reverse=True):
+        for i in sorted(set(indices), reverse=True):
             start = self._line_start(values[i].start_mark.index)
             if i + 1 < len(values):
                 end = self._line_start(values[i + 1].start_mark.index)
@@ -148,7 +161,34 @@ class Layer:
                 nl = text.find("\n", end)
                 end = len(text) if nl < 0 else nl + 1
             text = text[:start] + text[end:]
+        if len(set(indices)) == len(values):
+            at = self._line_start(values[0].start_mark.index)
+            text = text[:at] + "[]" + self._nl() + text[at:]
         return text
+
+    def _without_flow(self, indices: set[int]) -> str:
+        """`without_entries` for a flow list (`[a, b]`): each entry goes with the comma before it (the
+        first, with the comma after it)."""
+        assert self.root is not None
+        values = self.root.value
+        kept = [i for i in range(len(values)) if i not in indices]
+        if not kept:
+            start, end = self.root.start_mark.index + 1, self.root.end_mark.index - 1
+            return self.text[:start] + self.text[end:]
+        spans = [(values[i - 1].end_mark.index, values[i].end_mark.index) for i in indices if i > kept[0]]
+        if kept[0] > 0:
+            spans.append((values[0].start_mark.index, values[kept[0]].start_mark.index))
+        text = self.text
+        for start, end in sorted(spans, reverse=True):
+            text = text[:start] + text[end:]
+        return text
+
+
+def only_header(text: str) -> bool:
+    """Whether a layer's text holds nothing but what setup writes in a file it creates besides its rows:
+    the header comment, and `[]` once its rows are gone."""
+    rest = text.replace("\r\n", "\n").replace(HEADER, "", 1).strip()
+    return rest in ("", "[]")
 
 
 def _block(rows: list[dict[str, Any]], col: int, nl: str) -> str:
@@ -191,24 +231,59 @@ def _flow(value: Any) -> str:
 
 def read_layer_file(path: Path, text: str | None) -> Layer:
     """A layer file parsed as dsh would refuse it (PatchError with the line) or use it."""
-    root, entries = parse_entries(path, text or "")
+    try:
+        root, entries = parse_entries(path, text or "")
+    except ReaderError as exc:  # PyYAML's reader refuses control characters before parsing starts
+        line = (text or "").count("\n", 0, exc.position) + 1
+        what = f"the character U+{exc.character:04X}" if isinstance(exc.character, int) else "a character"
+        raise PatchError(path, f"is not valid YAML: it holds {what}, which YAML does not allow", line) from None
     return Layer(path, text or "", root, entries)
 
 
-def profile_bundles(dsh_home: Path) -> dict[str, list[str]]:
-    """Each profile's `dsh.profile.bundles` (from its package.json), by profile name."""
-    out: dict[str, list[str]] = {}
+MAX_MANIFEST_BYTES = 1024 * 1024  # a profile's package.json is a few hundred bytes
+
+
+@dataclass(frozen=True)
+class Profiles:
+    """dsh's profiles: each one's `dsh.profile.bundles` (from its package.json), and the profiles whose
+    package.json cannot be read, with why (dsh cannot start those either)."""
+
+    bundles: dict[str, list[str]]
+    problems: dict[str, str]
+
+
+def read_profiles(dsh_home: Path) -> Profiles:
+    """The profiles under `dsh_home/profiles`."""
+    from breaker.paths import FileProblem, read_regular
+    from breaker.wiring.jsontext import Document, JsonTextError
+
+    bundles: dict[str, list[str]] = {}
+    problems: dict[str, str] = {}
     profiles = dsh_home / "profiles"
     try:
         names = sorted(os.listdir(profiles))
     except OSError:
-        return out
+        return Profiles(bundles, problems)
     for name in names:
         manifest = profiles / name / "package.json"
-        try:
-            data = json.loads(manifest.read_text())
-        except (OSError, ValueError):
+        if not (profiles / name).is_dir():
             continue
-        bundles = data.get("dsh", {}).get("profile", {}).get("bundles", []) if isinstance(data, dict) else []
-        out[name] = [b for b in bundles if isinstance(b, str)] if isinstance(bundles, list) else []
-    return out
+        try:
+            data = read_regular(manifest, MAX_MANIFEST_BYTES)
+            if data is None:
+                continue
+            value = Document(data.decode("utf-8")).value
+        except FileProblem as exc:
+            problems[name] = f"{manifest} {exc.why}"
+            continue
+        except UnicodeDecodeError as exc:
+            problems[name] = f"{manifest}: is not UTF-8 text (byte {exc.start})"
+            continue
+        except JsonTextError as exc:
+            problems[name] = f"{manifest}: {exc}"
+            continue
+        dsh_ = value.get("dsh")
+        profile = dsh_.get("profile") if isinstance(dsh_, dict) else None
+        found = profile.get("bundles") if isinstance(profile, dict) else None
+        bundles[name] = [b for b in found if isinstance(b, str)] if isinstance(found, list) else []
+    return Profiles(bundles, problems)

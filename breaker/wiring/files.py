@@ -17,7 +17,19 @@ from pathlib import Path
 
 from breaker.paths import FileProblem, TempFileError, read_regular, write_atomic
 
-__all__ = ["BACKUP_SUFFIX", "MAX_BYTES", "Change", "SetupError", "apply", "backup_path", "decode", "diff", "read"]
+__all__ = [
+    "BACKUP_SUFFIX",
+    "MAX_BYTES",
+    "Change",
+    "Original",
+    "SetupError",
+    "apply",
+    "backup_path",
+    "decode",
+    "diff",
+    "read",
+    "read_backup",
+]
 
 MAX_BYTES = 4 * 1024 * 1024  # settings files are a few KiB
 BACKUP_SUFFIX = ".cbconsole-backup"
@@ -103,6 +115,9 @@ def diff(change: Change) -> str:
 def check_writable(change: Change) -> None:
     """Refuse a change that writing by rename would get wrong, naming the file and the way out."""
     target = change.target
+    backup = backup_path(change.path)
+    if change.backup and os.path.isdir(backup) and not os.path.islink(backup):
+        raise SetupError(backup, "is a directory: setup keeps the file as it was under that name; move it away")
     if change.old is None:
         parent = target.parent
         while not parent.exists():
@@ -178,3 +193,28 @@ def _write(path: Path, data: bytes, mode: int, before_rename: Callable[[], None]
         raise SetupError(
             path, f"cannot be written: no file can be created in {path.parent} ({exc.strerror or exc})"
         ) from None
+
+
+@dataclass
+class Original:
+    """A file as it was before setup first changed it: its backup (`data` None: there is none, so there
+    was no file, or one that already held a cbhook hook) and, if it can be read, its text (`text` None:
+    the backup is not UTF-8, or not what the file's format allows)."""
+
+    data: bytes | None
+    text: str | None
+
+
+def read_backup(
+    path: Path, parse: Callable[[Path, str], object], errors: tuple[type[Exception], ...] = (SetupError,)
+) -> Original:
+    """`path`'s backup; `parse(backup, text)` checks its text, raising one of `errors` if it is not usable."""
+    backup = backup_path(path)
+    data = read(backup)
+    if data is None:
+        return Original(None, "")
+    try:
+        parse(backup, decode(backup, data) or "")
+    except errors:
+        return Original(data, None)
+    return Original(data, data.decode("utf-8"))

@@ -5,6 +5,11 @@ and the text is parsed again. `comments=True` reads JSON with `//` and `/* */` c
 reads its settings (strip-json-comments, then JSON.parse: no trailing commas); comments are kept where
 they are, and a member added after a value that ends in a line comment goes on its own line below it.
 New text follows the file's own indentation and line endings.
+
+Numbers are read without trusting their length: an integer of more than 640 digits is kept as its text
+(`Number`), which an edit writes back unchanged. Python's `int()` refuses more than 4,300 digits and is
+quadratic in them; a settings file's number is never that long, but a hostile or odd one must not crash
+or stall setup and doctor.
 """
 
 from __future__ import annotations
@@ -15,10 +20,13 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["Document", "JsonTextError", "Member", "Node", "dumps"]
+__all__ = ["Document", "JsonTextError", "Member", "Node", "Number", "dumps"]
 
 MAX_DEPTH = 200  # settings files nest a few levels; past this the file is not a settings file
 _NUMBER = re.compile(r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?")
+# The least `sys.set_int_max_str_digits` accepts: int() of this many digits never raises, whatever the
+# process set, and takes microseconds. Longer integers stay text.
+MAX_INT_DIGITS = 640
 _STRING = re.compile(r'"(?:[^"\\\x00-\x1f]|\\(?:["\\/bfnrt]|u[0-9a-fA-F]{4}))*"')
 _WS = " \t\n\r"
 
@@ -65,9 +73,33 @@ class Member:
         return self.value.end
 
 
+@dataclass(frozen=True, slots=True)
+class Number:
+    """A JSON number kept as its text: an integer too long to convert (see the module's docstring)."""
+
+    text: str
+
+
 def dumps(value: Any) -> str:
-    """One value as compact, readable JSON on one line (`{"a": 1, "b": [2]}`)."""
-    return json.dumps(value, ensure_ascii=False, separators=(", ", ": "))
+    """One value as compact, readable JSON on one line (`{"a": 1, "b": [2]}`); a `Number` as its text."""
+    if isinstance(value, Number):
+        return value.text
+    if isinstance(value, dict) and value:
+        return "{" + ", ".join(f"{_scalar(str(k))}: {dumps(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, list) and value:
+        return "[" + ", ".join(dumps(v) for v in value) + "]"
+    return _scalar(value)
+
+
+def _scalar(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False)
+
+
+def _number(text: str) -> int | float | Number:
+    """A number's value as json.loads gives it, or its text when it is an integer too long to convert."""
+    if text.isdigit() or (text.startswith("-") and text[1:].isdigit()):
+        return int(text) if len(text) <= MAX_INT_DIGITS else Number(text)
+    return float(text)  # linear in the length, and never raises on what _NUMBER matched
 
 
 class _Parser:
@@ -130,7 +162,7 @@ class _Parser:
         m = _NUMBER.match(text, start)
         if m is not None:
             self.pos = m.end()
-            return Node("number", start, m.end()), json.loads(m.group())
+            return Node("number", start, m.end()), _number(m.group())
         for word, value in (("true", True), ("false", False), ("null", None)):
             if text.startswith(word, start):
                 self.pos = start + len(word)

@@ -4,9 +4,10 @@ own settings, merged with what is there; `--remove` takes them out again.
 Our entry is recognised by its program, a `cbhook` (any path): running setup again changes nothing,
 and a hook that calls another cbhook (an older venv) is updated in place, never added twice. Every
 other byte of the file stays. Before the first change a copy of the file is kept beside it
-(`<name>.cbconsole-backup`); `--remove` puts those exact bytes back when nothing else in the file
-changed since (otherwise it takes out only what setup added). `--dry-run` prints the diff and writes
-nothing.
+(`<name>.cbconsole-backup`); `--remove` puts those exact bytes back only when the file is byte for byte
+what setup writes over them (worked out again from the backup and the hook command in the file), and
+otherwise takes out only setup's entries, as text, keeping every other byte (the user's comment, blank
+line or key since). `--dry-run` prints the diff and writes nothing. dsh's patch layer: `setup_dsh`.
 """
 
 from __future__ import annotations
@@ -19,7 +20,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from breaker.wiring.files import Change, SetupError, apply, backup_path, check_writable, decode, diff, read
+from breaker.wiring.files import (
+    Change,
+    Original,
+    SetupError,
+    apply,
+    backup_path,
+    check_writable,
+    decode,
+    diff,
+    read,
+    read_backup,
+)
 from breaker.wiring.harnesses import (
     EXTRA_SETTINGS,
     HOOKS,
@@ -172,73 +184,139 @@ def _add_hooks(doc: Document, harness: str, hooks: tuple[Hook, ...], command: st
     return text
 
 
+def _json_written(original: Document, harness: str, command: str, keep_loop_detector: bool) -> str:
+    """The text setup writes over `original`'s: its hooks calling `command`, and the extra settings."""
+    text = _add_hooks(original, harness, HOOKS[harness], command)
+    extra = {} if keep_loop_detector else EXTRA_SETTINGS.get(harness, {})
+    for setting, value in extra.items():
+        after = Document(text, comments=original.comments)
+        if after.get(setting, _MISSING) != value:
+            text = after.set(setting, value)
+    return text
+
+
+def _json_original(path: Path, harness: str) -> Original:
+    return read_backup(path, lambda backup, text: _document(backup, text, harness))
+
+
+def _json_setup_texts(path: Path, harness: str, value: Any, original: Original) -> list[str]:
+    """Every text setup writes over the original to give a file whose cbhook hooks are `value`'s: one for
+    each way of running it (Gemini's `--keep-loop-detector` or not). Empty when the original cannot be
+    read or `value` holds no one cbhook command (setup writes one)."""
+    commands = {f.command for f in cbhook_entries(harness, value)}
+    if original.text is None or len(commands) != 1:
+        return []
+    try:
+        before = _document(path, original.text, harness)
+    except SetupError:
+        return []
+    (command,) = commands
+    keeps = (False, True) if harness in EXTRA_SETTINGS else (False,)
+    return [_json_written(before, harness, command, keep) for keep in keeps]
+
+
 def _plan_json(options: Options, path: Path) -> Plan:
     harness = options.harness
     old = read(path)
-    text = decode(path, old)
-    doc = _document(path, text, harness)
-    backup = backup_path(path)
-    backup_bytes = read(backup)
-    backup_value: Any = _MISSING
-    if backup_bytes is not None:
-        try:
-            backup_value = Document(decode(backup, backup_bytes) or "", comments=doc.comments).value
-        except JsonTextError:
-            backup_value = _MISSING
+    doc = _document(path, decode(path, old), harness)
+    if options.remove:
+        return _remove_json(options, path, old, doc)
     plan = Plan()
-    if not options.remove:
-        new_text = _add_hooks(doc, harness, HOOKS[harness], options.command)
-        extra = {} if options.keep_loop_detector else EXTRA_SETTINGS.get(harness, {})
-        for setting, value in extra.items():
-            after = Document(new_text, comments=doc.comments)
-            if after.get(setting, _MISSING) != value:
-                new_text = after.set(setting, value)
-                plan.notes.append(
-                    "Gemini CLI's own loop detector is now off (model.disableLoopDetection: true): it stops a run "
-                    "at the 5th identical call in a row, before the guard's duplicateLimit; the guard decides instead "
-                    "(--keep-loop-detector leaves it on)"
-                )
-        if harness == "gemini" and options.project is not None:
-            plan.notes.append(
-                f"Gemini CLI runs a project's hooks only in a trusted folder: trust {options.project} when it asks"
-            )
-        # The backup is the file as it was before cbconsole first touched it: one that already holds a
-        # cbhook hook (setup's, or a hand-made one) is not that.
-        pristine = old is not None and not list(cbhook_entries(harness, doc.value))
-        change = Change(path, old, new_text.encode("utf-8"), backup=pristine)
-    else:
-        new_text = doc.bom + doc.text
-        for found in reversed(list(cbhook_entries(harness, doc.value))):
-            new_text = _without(Document(new_text, comments=doc.comments), found, backup_value)
-        if harness == "gemini":
-            after = Document(new_text, comments=True)
-            before = _get(backup_value, ("model", "disableLoopDetection"))
-            now = after.get(("model", "disableLoopDetection"), _MISSING)
-            if before is _MISSING and now is True:
-                new_text = after.delete(("model", "disableLoopDetection"))
-                after = Document(new_text, comments=True)
-                if after.get(("model",)) == {} and _get(backup_value, ("model",)) is _MISSING:
-                    new_text = after.delete(("model",))
-            elif before is not _MISSING and now != before:
-                new_text = after.set(("model", "disableLoopDetection"), before)
-        if harness == "cursor" and _get(backup_value, ("version",)) is _MISSING:
-            after = Document(new_text)  # setup added `version` if the file had none (or setup created it)
-            if "version" in after.value and (backup_value is not _MISSING or "hooks" not in after.value):
-                new_text = after.delete(("version",))
-        result = Document(new_text, comments=doc.comments).value
-        change = Change(path, old, new_text.encode("utf-8") if old is not None else None)
-        if old is None:
-            pass  # no file: nothing to take out
-        elif backup_bytes is not None and backup_value is not _MISSING and result == backup_value:
-            change.new, change.drop_backup = backup_bytes, True
-        elif backup_bytes is None and result == {} and old is not None:
-            change.new = None  # setup created it: it goes
-        elif backup_bytes is not None and change.changed:
-            plan.notes.append(
-                f"{path} has other changes since setup: only cbconsole's entries were taken out; {backup} is kept"
-            )
+    new_text = _json_written(doc, harness, options.command, options.keep_loop_detector)
+    if (
+        harness == "gemini"
+        and not options.keep_loop_detector
+        and doc.get(("model", "disableLoopDetection")) is not True
+    ):
+        plan.notes.append(
+            "Gemini CLI's own loop detector is now off (model.disableLoopDetection: true): it stops a run "
+            "at the 5th identical call in a row, before the guard's duplicateLimit; the guard decides instead "
+            "(--keep-loop-detector leaves it on)"
+        )
+    if harness == "gemini" and options.project is not None:
+        plan.notes.append(
+            f"Gemini CLI runs a project's hooks only in a trusted folder: trust {options.project} when it asks"
+        )
+    # The backup is the file as it was before cbconsole first touched it: one that already holds a
+    # cbhook hook (setup's, or a hand-made one) is not that.
+    pristine = old is not None and not list(cbhook_entries(harness, doc.value))
+    plan.changes.append(Change(path, old, new_text.encode("utf-8"), backup=pristine))
+    return plan
+
+
+def _remove_json(options: Options, path: Path, old: bytes | None, doc: Document) -> Plan:
+    """Put the original back if the file is exactly what setup wrote over it; else take out only setup's
+    entries, as text, and keep every other byte (a comment, a key, spacing the user changed since)."""
+    harness = options.harness
+    plan = Plan()
+    if old is None:
+        plan.changes.append(Change(path, None, None))  # no file: nothing to take out
+        return plan
+    original = _json_original(path, harness)
+    if doc.bom + doc.text in _json_setup_texts(path, harness, doc.value, original):
+        # No backup: setup created the file, and it goes.
+        plan.changes.append(Change(path, old, original.data, drop_backup=original.data is not None))
+        return plan
+    keep: Any = _MISSING
+    if original.data is not None and original.text is not None:
+        keep = Document(original.text, comments=doc.comments).value
+    new_text = _json_without(doc, harness, keep, backup=original.data is not None)
+    change = Change(path, old, new_text.encode("utf-8"))
+    if original.data is not None and change.new == original.data:
+        change.drop_backup = True  # what is left is the original, to the byte
+    elif original.data is None and change.changed and _bare_object(new_text, doc.comments):
+        change.new = None  # no backup: setup created it (or it held only a cbhook hook), and nothing else is left
+    elif original.data is not None and change.changed:
+        plan.notes.append(
+            f"{path} has other changes since setup: only cbconsole's entries were taken out; "
+            f"{backup_path(path)} is kept"
+        )
     plan.changes.append(change)
     return plan
+
+
+def _json_without(doc: Document, harness: str, keep: Any, *, backup: bool) -> str:
+    """The text without setup's entries: its cbhook hooks (and what they leave empty), Gemini's
+    `disableLoopDetection` and Cursor's `version` where the original (`keep`) had other values."""
+    new_text = doc.bom + doc.text
+    for found in reversed(list(cbhook_entries(harness, doc.value))):
+        new_text = _without(Document(new_text, comments=doc.comments), found, keep)
+    if harness == "gemini":
+        after = Document(new_text, comments=True)
+        before = _get(keep, ("model", "disableLoopDetection"))
+        now = after.get(("model", "disableLoopDetection"), _MISSING)
+        if before is _MISSING and now is True:
+            new_text = after.delete(("model", "disableLoopDetection"))
+            after = Document(new_text, comments=True)
+            if after.get(("model",)) == {} and _get(keep, ("model",)) is _MISSING:
+                new_text = after.delete(("model",))
+        elif before is not _MISSING and now != before:
+            new_text = after.set(("model", "disableLoopDetection"), before)
+    if harness == "cursor" and _get(keep, ("version",)) is _MISSING:
+        after = Document(new_text)  # setup added `version` if the file had none (or setup created it)
+        if "version" in after.value and (backup or "hooks" not in after.value):
+            new_text = after.delete(("version",))
+    return new_text
+
+
+def _bare_object(text: str, comments: bool) -> bool:
+    """Whether `text` is `{}` and spacing: no member, no comment."""
+    return Document(text, comments=comments).value == {} and "".join(text.lstrip("\ufeff").split()) == "{}"
+
+
+def _trust_records(hooks_json: Path, value: Any) -> dict[str, str]:
+    """The trust Codex records for each cbhook hook in a hooks.json holding `value`: key -> hash."""
+    from breaker.wiring import codex
+
+    key_path = Path(os.path.abspath(hooks_json))
+    out = {}
+    for found in cbhook_entries("codex", value):
+        group = _get(value, found.path[:3])
+        handler = _get(value, found.path)
+        out[codex.hook_key(key_path, found.event, found.group, found.handler or 0)] = codex.trust_hash(
+            found.event, group, handler
+        )
+    return out
 
 
 def _plan_codex(options: Options) -> Plan:
@@ -251,164 +329,63 @@ def _plan_codex(options: Options) -> Plan:
     config = places.codex_home() / "config.toml"
     config_old = read(config)
     config_text = decode(config, config_old)
-    key_path = Path(os.path.abspath(hooks_json))
     before = Document(decode(hooks_json, change.old) or "").value
-    after_text = decode(hooks_json, change.new) or ""
-    after = Document(after_text).value if change.new is not None else {}
-    wanted = {}
-    for found in cbhook_entries("codex", after):
-        group = _get(after, found.path[:3])
-        handler = _get(after, found.path)
-        wanted[codex.hook_key(key_path, found.event, found.group, found.handler or 0)] = codex.trust_hash(
-            found.event, group, handler
-        )
-    drop = {codex.hook_key(key_path, f.event, f.group, f.handler or 0) for f in cbhook_entries("codex", before)}
-    drop -= set(wanted)
+    after = Document(decode(hooks_json, change.new) or "").value if change.new is not None else {}
+    wanted = _trust_records(hooks_json, after)
+    drop = set(_trust_records(hooks_json, before)) - set(wanted)
     new_config = codex.record_trust(config, config_text, wanted, drop)
     trust = Change(config, config_old, new_config.encode("utf-8") if config_old is not None or new_config else None)
-    config_backup = read(backup_path(config))
     if options.remove:
-        if config_backup is not None and _toml_equal(new_config, decode(config, config_backup)):
-            trust.new, trust.drop_backup = config_backup, True
-        elif config_backup is None and config_old is not None and new_config.strip() == "":
-            trust.new = None  # setup created it: it goes
-    else:
-        pristine = not (set(wanted) | drop).intersection(codex.trusted(config, config_text))
-        trust.backup = config_old is not None and pristine
-        if wanted:
-            plan.notes.append(
-                f"Codex runs a hook only once it is trusted: setup recorded the trust of its {len(wanted)} cbhook "
-                f"hooks in {config} (what trusting them in codex's /hooks writes)"
-            )
-        if options.project is not None:
-            plan.notes.append(
-                f"Codex reads {hooks_json} only in a trusted project: codex asks to trust {options.project} the first "
-                "time it runs there"
-            )
+        plan.notes += _remove_trust(trust, hooks_json, before, config_text)
+        plan.changes.insert(0, trust)
+        return plan
+    pristine = not (set(wanted) | drop).intersection(codex.trusted(config, config_text))
+    trust.backup = config_old is not None and pristine
+    if wanted:
+        plan.notes.append(
+            f"Codex runs a hook only once it is trusted: setup recorded the trust of its {len(wanted)} cbhook "
+            f"hooks in {config} (what trusting them in codex's /hooks writes)"
+        )
+    if options.project is not None:
+        plan.notes.append(
+            f"Codex reads {hooks_json} only in a trusted project: codex asks to trust {options.project} the first "
+            "time it runs there"
+        )
     plan.changes.insert(0, trust)  # the trust first: a hook without its trust would be skipped
     return plan
 
 
-def _toml_equal(a: str | None, b: str | None) -> bool:
-    import tomllib
+def _remove_trust(trust: Change, hooks_json: Path, hooks: Any, text: str | None) -> list[str]:
+    """config.toml on `--remove`, `trust.new` the text with only setup's trust records taken out: its
+    original bytes instead if it is exactly what setup wrote over them (the trust of the cbhook hooks in
+    hooks.json as it is, or as setup wrote it). What to tell the user."""
+    from breaker.wiring import codex
 
-    try:
-        return tomllib.loads(a or "") == tomllib.loads(b or "")
-    except tomllib.TOMLDecodeError:
-        return False
-
-
-# -- dsh ------------------------------------------------------------------------------------------
-
-
-def _plan_dsh(options: Options) -> Plan:
-    from breaker.hook import plugin_dir
-    from breaker.patch import PatchError
-    from breaker.wiring import dsh  # the patch layer's reader (PyYAML, the config schema): only dsh needs it
-
-    places = options.places
-    path = places.dsh_layer(options.profile)
-    old = read(path)
-    text = decode(path, old)
-    try:
-        layer = dsh.read_layer_file(path, text)
-    except PatchError as exc:
-        where = f"line {exc.line}: " if exc.line else ""
-        raise SetupError(path, f"{where}{exc.message}; dsh refuses to start with it. Nothing was changed") from None
-    plugin = os.path.join(plugin_dir(), "index.mjs")
-    backup = backup_path(path)
-    backup_bytes = read(backup)
-    backup_entries: Any = _MISSING
-    if backup_bytes is not None:
-        try:
-            backup_entries = dsh.read_layer_file(backup, decode(backup, backup_bytes)).entries
-        except PatchError:
-            backup_entries = _MISSING
-    plan = Plan()
-    new_text = layer.text
-    if not options.remove:
-        rows = layer.plugin_rows()
-        add: list[dict[str, Any]] = []
-        if rows:
-            for i, j, row in rows:
-                if row.get("name") != plugin:
-                    new_text = dsh.read_layer_file(path, new_text).with_name(i, j, plugin)
-            present = rows[-1][2].get("config") or {}
-            if options.socket and present.get("guardSocket") != options.socket:
-                plan.notes.append(
-                    f"the circuit-breaker row in {path} is kept as it is: set guardSocket: {options.socket} in its "
-                    "config by hand"
-                )
-        else:
-            bundled = [p for p, b in dsh.profile_bundles(places.dsh_home()).items() if dsh.BUNDLE in b]
-            if options.profile is not None and options.profile in bundled:
-                plan.notes.append(
-                    f"profile {options.profile} already loads the plugin as a bundle (`dsh plugin add`); no row added"
-                )
-            else:
-                config: dict[str, Any] = {}
-                if options.socket:
-                    config["guardSocket"] = options.socket
-                if options.fail_closed:
-                    config["failClosed"] = True
-                add.append({"insert": [{"id": dsh.ROW_ID, "name": plugin, **({"config": config} if config else {})}]})
-                if bundled:
-                    plan.notes.append(
-                        f"profiles {', '.join(bundled)} also have the plugin as a bundle: there the row added here "
-                        "replaces the bundle's (dsh keeps the later insert of an id)"
-                    )
-        now = dsh.read_layer_file(path, new_text)
-        if add:
-            override = now.first_override()
-            if override is not None and (options.socket or options.fail_closed):
-                plan.notes.append(
-                    f"the `- id: circuit-breaker` row below it in {path} sets the row's config, which replaces the "
-                    "insert's whole (dsh merges no keys): put guardSocket/failClosed in that config too"
-                )
-            new_text = now.with_entries(add, before=override)
-            now = dsh.read_layer_file(path, new_text)
-        if not now.hmr_rows():
-            new_text = now.with_entries([dsh.HMR_ROW])
-            plan.notes.append(
-                f"added the `hmr` row to {path}: dsh 0.1.0-rc.8 refuses to start any profile without it "
-                '("user patch-layer watching requires the Cordis HMR service")'
-            )
-        elif not now.hmr_enabled():
-            plan.notes.append(f"the hmr row in {path} is disabled: dsh 0.1.0-rc.8 will not start until it is enabled")
-        check = dsh.read_layer_file(path, new_text)
-        if (add or rows) and len(check.plugin_rows()) != len(rows) + len(add):
-            raise SetupError(path, "internal error: the edited text does not hold the plugin row; nothing was changed")
-        pristine = old is not None and not layer.plugin_rows()
-        change = Change(path, old, new_text.encode("utf-8"), backup=pristine)
-    else:
-        drop = [i for i, j, row in layer.plugin_rows() if _only_row(layer.entries[i], j)]
-        if len(drop) < len(layer.plugin_rows()):
-            raise SetupError(path, "holds the circuit-breaker row among other rows of one insert; take it out by hand")
-        backup_has_hmr = backup_entries is not _MISSING and dsh.Layer(backup, "", None, backup_entries).hmr_rows()
-        if not backup_has_hmr:
-            drop += [i for i, row in layer.hmr_rows() if layer.entries[i] == dsh.HMR_ROW]
-        kept = [e for i, e in enumerate(layer.entries) if i not in drop]
-        change = Change(path, old, None)
-        if old is None:
-            pass  # no file: nothing to take out
-        elif backup_bytes is not None and backup_entries is not _MISSING and kept == backup_entries:
-            change.new, change.drop_backup = backup_bytes, True
-        else:
-            removed = layer.without_entries(drop) if drop else layer.text
-            if removed is None:
-                raise SetupError(
-                    path, "is a flow list ([...]) with other changes since setup; take the rows out by hand"
-                )
-            if backup_bytes is None and not kept and removed.strip() in ("", dsh.HEADER.strip()):
-                change.new = None  # setup created it: it goes
-            else:
-                change.new = removed.encode("utf-8")
-    plan.changes.append(change)
-    return plan
-
-
-def _only_row(entry: Any, j: int) -> bool:
-    return isinstance(entry, dict) and set(entry) == {"insert"} and len(entry["insert"]) == 1 and j == 0
+    config = trust.path
+    if text is None:
+        return []  # no config.toml: nothing to take out
+    original = read_backup(config, codex.trusted)
+    if original.text is not None:
+        written = _json_setup_texts(hooks_json, "codex", hooks, _json_original(hooks_json, "codex"))
+        records = [_trust_records(hooks_json, hooks)] + [_trust_records(hooks_json, Document(t).value) for t in written]
+        for wanted in records:
+            try:
+                wrote = wanted and codex.record_trust(config, original.text, wanted, set()) == text
+            except SetupError:
+                wrote = False
+            if wrote:  # no backup: setup created it, and it goes
+                trust.new, trust.drop_backup = original.data, original.data is not None
+                return []
+    if original.data is not None and trust.new == original.data:
+        trust.drop_backup = True  # what is left is the original, to the byte
+    elif original.data is None and trust.changed and (trust.new or b"").strip() == b"":
+        trust.new = None  # setup created it, and nothing else is left
+    elif original.data is not None and trust.changed:
+        return [
+            f"{config} has other changes since setup: only cbconsole's entries were taken out; "
+            f"{backup_path(config)} is kept"
+        ]
+    return []
 
 
 # -- the command ----------------------------------------------------------------------------------
@@ -417,7 +394,9 @@ def _only_row(entry: Any, j: int) -> bool:
 def plan(options: Options) -> Plan:
     """Every change a setup run makes, computed and checked; nothing is written."""
     if options.harness == "dsh":
-        result = _plan_dsh(options)
+        from breaker.wiring.setup_dsh import plan_dsh  # PyYAML and the config schema: only dsh needs them
+
+        result = plan_dsh(options)
     elif options.harness == "codex":
         result = _plan_codex(options)
     else:
