@@ -294,7 +294,10 @@ def read_text(path: str | os.PathLike[str]) -> str | None:
 
 
 def _parse(path: Path, text: str) -> _Parsed:
-    loader = _Loader(text)
+    try:
+        loader = _Loader(text)  # its reader already refuses a NUL or another control character
+    except yaml.YAMLError as exc:
+        raise PatchError(path, f"is not valid YAML: {_short(str(exc))}") from None
     try:
         root = loader.get_single_node()
     except _TooBig as exc:
@@ -324,6 +327,7 @@ def _parse(path: Path, text: str) -> _Parsed:
 
 def _short(text: str, limit: int = 200) -> str:
     """PyYAML quotes what it found (an anchor name, a tag) in full; a message stays a line."""
+    text = " ".join(text.split())
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 

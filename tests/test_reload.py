@@ -8,6 +8,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
 import watchfiles
 
 from breaker.patch import PatchSources
@@ -117,6 +118,23 @@ def test_a_broken_file_keeps_the_last_good_config_and_reports_why(tmp_path):
 
     w = run(body, PatchSources(patches=(f,)))
     assert len(w.errors) >= 2
+
+
+@pytest.mark.parametrize("junk", ["\x00", "\x07", "\ufffe"], ids=["NUL", "BEL", "noncharacter"])
+def test_a_control_character_in_the_file_is_an_error_and_the_watch_goes_on(tmp_path, junk):
+    """PyYAML's reader refused it before the parse's error handling: the reload died without a word."""
+    f = tmp_path / "cordis.patch.yml"
+    f.write_text(ROW.format(5))
+
+    async def body(w: ConfigWatcher) -> None:
+        save_like_an_editor(f, f"- id: circuit-breaker\n  config:\n    duplicateLimit: 4{junk}\n")
+        await until(lambda: w.error is not None)
+        assert str(f) in str(w.error) and "\n" not in str(w.error) and w.config.duplicate_limit == 5
+        save_like_an_editor(f, ROW.format(2))
+        await until(lambda: w.config.duplicate_limit == 2)
+        assert w.error is None
+
+    run(body, PatchSources(patches=(f,)))
 
 
 def test_a_profile_directory_created_later_is_watched(tmp_path):
