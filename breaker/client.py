@@ -173,21 +173,27 @@ def _check_line(rid: int, fields: dict[str, Any]) -> bytes:
     unjudgeable (the guard allows and counts the call, matching nothing): never dropped, never a
     client-side error. Ids JSON cannot carry (a lone surrogate) go escaped, as cbhook sends them."""
     frame = {"op": "check", "id": rid, **fields}
+    line = b""
     if not frame.get("args_unserializable"):
         try:
             line = _line(frame)
         except _UNENCODABLE:
-            line = b""
+            _escape_ids(frame)
+            with contextlib.suppress(*_UNENCODABLE):
+                line = _line(frame)
         if line and len(line) <= MAX_FRAME:
             return line
     frame.update(_UNJUDGEABLE)
-    try:
-        return _line(frame)
-    except _UNENCODABLE:
-        for key in _IDS:
-            if isinstance(frame.get(key), str):
-                frame[key] = frame[key].encode("utf-8", "backslashreplace").decode("utf-8")
-        return _request_line(rid, "check", {k: v for k, v in frame.items() if k not in ("op", "id")})
+    _escape_ids(frame)
+    return _request_line(rid, "check", {k: v for k, v in frame.items() if k not in ("op", "id")})
+
+
+def _escape_ids(frame: dict[str, Any]) -> None:
+    """An id with a lone surrogate (which UTF-8 cannot carry) as its backslash escape: stable, and readable."""
+    for key in _IDS:
+        value = frame.get(key)
+        if isinstance(value, str) and not value.isascii():
+            frame[key] = value.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def _result_fields(

@@ -454,3 +454,11 @@ def test_a_result_waited_for_is_never_sent_twice_when_its_connection_closes_unan
         assert client.result("p", "out", call_id="c1") == (False, "")  # not known to be reported
         assert not client.check("p", "t", {"n": 2}).fallback  # and the client goes on, on a new connection
     assert proxy.sent(b'"op":"result"') == 1
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_an_agent_id_json_cannot_carry_goes_escaped_and_its_calls_are_judged_by_their_args(guard, mode):
+    decisions = CHECKS[mode](guard.socket, "agent-\ud800", [{"q": "same"}] * 7)
+    assert [(d.allowed, d.fallback) for d in decisions] == [(True, False)] * 6 + [(False, False)]
+    assert decisions[6].kind == "duplicate"
+    assert "agent-\\ud800" in snapshot_agents(guard)  # the id as cbhook sends it: escaped, the same each time
