@@ -43,6 +43,8 @@ __all__ = [
     "answer",
     "context",
     "detect",
+    "dumps",
+    "loads",
     "main",
     "parse_event",
     "result_digest",
