@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import socket
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -145,29 +146,30 @@ class GuardProxy:
                 return self._cues.pop(0)
             return None
 
-    def _upstream(self, pipe: _Pipe) -> None:
-        """Client to guard, a frame at a time (a check may be cued)."""
+    def _batches(self, pipe: _Pipe, sock: socket.socket) -> Iterator[list[bytes]]:
+        """The complete frames of each read from `sock` (a read from the client is counted), until it ends."""
         buf = b""
         while True:
             try:
-                data = pipe.client.recv(1 << 20)
+                data = sock.recv(1 << 20)
             except OSError:
                 data = b""
-            pipe.read_once()
+            if sock is pipe.client:
+                pipe.read_once()
             if not data:
                 self._close(pipe)
                 return
-            buf += data
+            *frames, buf = (buf + data).split(b"\n")
+            yield frames
+
+    def _upstream(self, pipe: _Pipe) -> None:
+        """Client to guard, a frame at a time (a check may be cued)."""
+        for frames in self._batches(pipe, pipe.client):
             out, swallow = b"", False
-            while b"\n" in buf:
-                frame, buf = buf.split(b"\n", 1)
+            for frame in frames:
                 cue = self._cue(frame)
                 if cue is not None and cue[0] == "answer":
-                    reply = {"id": _id_of(frame), **cue[1]}
-                    try:
-                        pipe.client.sendall(json.dumps(reply).encode() + b"\n")
-                    except OSError:
-                        pass
+                    self._send(pipe, json.dumps({"id": _id_of(frame), **cue[1]}).encode() + b"\n")
                     continue
                 if cue is not None and cue[0] == "hold":
                     with pipe.spoke:
@@ -182,37 +184,15 @@ class GuardProxy:
             except OSError:
                 self._close(pipe)
                 return
-            if swallow:
-                self._close_client_unanswered(pipe)
+            if swallow:  # the guard has the frames; the client's connection closes before any reply
+                self._close(pipe)
                 return
-
-    def _close_client_unanswered(self, pipe: _Pipe) -> None:
-        """The guard has the frames; the client's connection closes before any reply reaches it."""
-        with self._lock:
-            pipe.closed = True
-        try:
-            pipe.client.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
-        pipe.client.close()
-        # the guard's replies are read (and dropped) until it has answered, then its side closes too
-        self._close(pipe)
 
     def _downstream(self, pipe: _Pipe) -> None:
         """Guard to client, a frame at a time (the reply to a held check waits)."""
-        buf = b""
-        while True:
-            try:
-                data = pipe.guard.recv(1 << 20)
-            except OSError:
-                data = b""
-            if not data:
-                self._close(pipe)
-                return
-            buf += data
+        for frames in self._batches(pipe, pipe.guard):
             out = b""
-            while b"\n" in buf:
-                frame, buf = buf.split(b"\n", 1)
+            for frame in frames:
                 rid = _id_of(frame) if pipe.held else None
                 if rid is not None and rid in pipe.held:
                     self._send(pipe, out)
