@@ -762,8 +762,6 @@ class AsyncGuardClient:
             await self._drop(conn)
             conn = await self._connect()
             retry = False
-        future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
-        conn.pending[rid] = future
         frames, self._deferred = self._deferred, []
         conn.writer.write(self._encoded(conn, frames) + conn.session.send(_Line(rid, line)))
         if conn.writer.is_closing():
@@ -773,6 +771,9 @@ class AsyncGuardClient:
             if retry:
                 raise _Stale
             raise ConnectionResetError(0, "the guard closed the connection")
+        # No await since the write: its reply cannot have been read yet.
+        future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        conn.pending[rid] = future
         try:
             return await future
         except _BROKEN:  # closed before our reply: the guard may have read it, so only the request goes again
