@@ -8,8 +8,22 @@ never spoken to, and counts as "guard unavailable".
 
 Fail open by default: when the guard cannot be asked within the timeout, the call is allowed
 (`Decision.fallback` is True), the miss is counted and logged once per outage. `fail_closed=True`
-denies instead, with kind "unavailable". When the guard answers with an error (it could not judge
-the call), the same failure mode applies, logged as what it is. Both reconnect by themselves.
+denies instead, with kind "unavailable". Every call is asked about: a timeout never stops the next
+call from asking (one slow answer must not become a second of unjudged calls).
+
+Args go exactly as they are (integers of any size included, which orjson alone refuses). Args the
+guard cannot be sent, or that it answers with an error, are asked about again as "unjudgeable"
+(`args_unserializable`: the guard allows and counts the call, matching nothing), so such a call is
+never let through uncounted; only an error to that second ask leaves it to the failure mode.
+
+Both reconnect by themselves. A connection kept from an earlier call that turns out dead (the guard
+restarted since: a write refused, or the connection closed before any reply) is replaced and the
+request sent once more at once, within the same timeout. The first send cannot have been answered;
+if the guard read it before it died, the call may be counted twice, which errs toward stopping a
+loop one call early rather than letting a call through unjudged. A result (waited for, or sent with
+`wait=False` along with a later request) goes again only when none of the failed write left this
+process: one that may have reached the guard is never sent twice (taken twice, it could count a
+stall twice).
 """
 
 from __future__ import annotations
@@ -23,6 +37,7 @@ import socket
 import threading
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -38,8 +53,9 @@ from breaker.protocol import (
     Hello,
     InterruptEvent,
     ProtocolError,
+    Request,
 )
-from breaker.wire import GuardUnavailable
+from breaker.wire import MAX_FRAME, GuardUnavailable
 
 __all__ = [
     "AsyncGuardClient",
@@ -55,7 +71,6 @@ __all__ = [
 log = logging.getLogger("cbconsole.client")
 
 DEFAULT_TIMEOUT = 0.5  # seconds a tool call may wait for the guard before the failure mode applies
-RETRY_AFTER_TIMEOUT = 1.0  # after a timeout (a hung guard), skip asking for this long: fail fast instead
 DEFERRED_MAX = 64  # requests sent without waiting that wait for the next request to go with it (see `_post`)
 
 
@@ -77,6 +92,110 @@ class Reported(NamedTuple):
     warning: str
 
 
+# -- frames, exactly -------------------------------------------------------------------------------
+
+_ORJSON_INTS = (-(2**63), 2**64 - 1)  # the integers orjson writes by itself
+_MAX_DEPTH = 255  # orjson's own nesting limit: deeper is not JSON it can write anyway
+_UNENCODABLE = (TypeError, ValueError, ArithmeticError, RecursionError)
+_UNJUDGEABLE = {"args": None, "args_unserializable": True}
+_IDS = ("agent", "tool", "harness", "parent", "call_id")
+
+
+def _digits(n: int) -> str:
+    """The exact decimal digits of `n`, however large. `str()` refuses integers past
+    `sys.get_int_max_str_digits()` (4,300 digits by default; lifting it is process-wide) and takes
+    quadratic time; halves split by bits and joined in `decimal`, whose big multiplication is fast,
+    take 0.2 s for 850,000 digits."""
+    if n.bit_length() <= 2000:  # about 600 digits: under any limit Python allows (640 at the least)
+        return str(n)
+    if n < 0:
+        return "-" + _digits(-n)
+    import decimal  # only for a huge integer: no client pays its import otherwise
+
+    ctx = decimal.Context(prec=decimal.MAX_PREC, Emax=decimal.MAX_EMAX, Emin=decimal.MIN_EMIN, traps=[decimal.Inexact])
+    powers: dict[int, decimal.Decimal] = {}
+
+    def join(m: int, bits: int) -> decimal.Decimal:
+        if bits <= 2000:
+            return decimal.Decimal(m)
+        half = bits >> 1
+        power = powers.get(half)
+        if power is None:
+            power = powers[half] = ctx.power(decimal.Decimal(2), half)
+        return ctx.add(ctx.multiply(join(m >> half, bits - half), power), join(m & ((1 << half) - 1), half))
+
+    return format(join(n, n.bit_length()), "f")
+
+
+def _exact(value: Any, depth: int = 0) -> Any:
+    """`value` for orjson, with each integer beyond 64 bits (which orjson refuses) as its exact digits."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        if _ORJSON_INTS[0] <= value <= _ORJSON_INTS[1]:
+            return value
+        return orjson.Fragment(_digits(value))
+    if isinstance(value, dict | list | tuple) and depth >= _MAX_DEPTH:
+        raise TypeError(f"nested deeper than {_MAX_DEPTH} levels")
+    if isinstance(value, dict):
+        return {k: _exact(v, depth + 1) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_exact(v, depth + 1) for v in value]
+    return value
+
+
+def _line(frame: dict[str, Any]) -> bytes:
+    """`frame` as one line of JSON, integers of any size exactly as they are. Raises one of
+    `_UNENCODABLE` for what JSON cannot carry (bytes, sets, a lone surrogate, a cycle)."""
+    try:
+        return orjson.dumps(frame, option=orjson.OPT_APPEND_NEWLINE)
+    except TypeError:
+        return orjson.dumps(_exact(frame), option=orjson.OPT_APPEND_NEWLINE)  # the rare path
+
+
+@dataclass(slots=True)
+class _Line(Request):
+    """A request as `_line` encoded it (its `op` is in the line), for `ClientSession.send`."""
+
+    line: bytes = b""
+
+    def encode(self) -> bytes:
+        return self.line
+
+
+def _request_line(rid: int, op: str, fields: dict[str, Any]) -> bytes:
+    try:
+        return _line({"op": op, "id": rid, **fields})
+    except _UNENCODABLE as exc:
+        raise GuardError("bad_request", f"the {op} request cannot be sent as JSON ({exc})") from None
+
+
+def _check_line(rid: int, fields: dict[str, Any]) -> bytes:
+    """A check request. Args the guard cannot be sent (not JSON, or over its frame limit) are sent as
+    unjudgeable (the guard allows and counts the call, matching nothing): never dropped, never a
+    client-side error. Ids JSON cannot carry (a lone surrogate) go escaped, as cbhook sends them."""
+    frame = {"op": "check", "id": rid, **fields}
+    line = b""
+    if not frame.get("args_unserializable"):
+        try:
+            line = _line(frame)
+        except _UNENCODABLE:
+            _escape_ids(frame)
+            with contextlib.suppress(*_UNENCODABLE):
+                line = _line(frame)
+        if line and len(line) <= MAX_FRAME:
+            return line
+    frame.update(_UNJUDGEABLE)
+    _escape_ids(frame)
+    return _request_line(rid, "check", {k: v for k, v in frame.items() if k not in ("op", "id")})
+
+
+def _escape_ids(frame: dict[str, Any]) -> None:
+    """An id with a lone surrogate (which UTF-8 cannot carry) as its backslash escape: stable, and readable."""
+    for key in _IDS:
+        value = frame.get(key)
+        if isinstance(value, str) and not value.isascii():
+            frame[key] = value.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
 def _result_fields(
     agent: str, result: Any, digest: str | None, call_id: str | int | None, tool: str | None, args: Any
 ) -> dict[str, Any]:
@@ -86,27 +205,16 @@ def _result_fields(
     if tool is not None:
         fields["tool"] = tool
         try:
-            orjson.dumps(args)
+            _line({"args": args})
             fields["args"] = args
-        except TypeError:
-            fields["args"] = None
+        except _UNENCODABLE:
+            fields["args"] = None  # its check went as unjudgeable: nothing could match it anyway
     return fields
 
 
 def _reported(msg: dict[str, Any]) -> Reported:
     warning = msg.get("warning")
     return Reported(msg.get("matched") is True, warning if isinstance(warning, str) else "")
-
-
-def _check_frame(rid: int, fields: dict[str, Any]) -> dict[str, Any]:
-    """A check request. Args JSON cannot carry are sent as unjudgeable (the engine allows and counts
-    them, matching nothing), never dropped and never a client-side error."""
-    frame = {"op": "check", "id": rid, **fields}
-    try:
-        orjson.dumps(frame.get("args"))
-    except TypeError:
-        frame.update(args=None, args_unserializable=True)
-    return frame
 
 
 def _reply(msg: dict[str, Any]) -> dict[str, Any]:
@@ -124,6 +232,23 @@ def _decision(msg: dict[str, Any]) -> Decision:
     return decision
 
 
+def _closes(msg: dict[str, Any]) -> bool:
+    """The reply is an error after which the guard closes the connection (`frame_too_large`, `busy`)."""
+    error = ErrorReply.from_json(msg) if "error" in msg else None
+    return error is not None and error.closes
+
+
+class _Stale(Exception):
+    """A connection kept from an earlier call turned out dead before it answered: ask again on a new one."""
+
+
+_BROKEN = (BrokenPipeError, ConnectionResetError, ConnectionAbortedError)  # a dead peer (not GuardUnavailable)
+# Requests sent again after a connection closed unanswered only if none of them had left: the guard may
+# have read one, and a result taken twice could count a stall twice. Every other op may go twice: a check
+# is at worst counted twice; an operator's change, an agent's end and the rest are the same done twice.
+_ONCE = frozenset({"result"})
+
+
 class _Health:
     """Counts misses and logs one line when the guard goes away and one when it is back."""
 
@@ -133,7 +258,6 @@ class _Health:
         self.last_error = ""
         self.misses = 0
         self.down_since: float | None = None
-        self.retry_at = 0.0
 
     def decide(self, exc: GuardUnavailable | GuardError) -> Decision:
         """The failure mode's decision for a call the guard did not judge; one log line per outage."""
@@ -190,6 +314,33 @@ def _connect_checked(path: Path, timeout: float) -> socket.socket:
     return sock
 
 
+def _time_left(sock: socket.socket, deadline: float) -> None:
+    """Give the next blocking call on `sock` only what is left of the deadline."""
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise TimeoutError
+    sock.settimeout(left)
+
+
+class _Unsent(Exception):
+    """A write on a dead connection failed; `sent` bytes of it had left (0: none of it reached the guard)."""
+
+    def __init__(self, sent: int, why: str) -> None:
+        super().__init__(why)
+        self.sent = sent
+
+
+def _send(sock: socket.socket, data: bytes, deadline: float) -> None:
+    """All of `data`, before `deadline` (TimeoutError). A dead peer raises _Unsent, saying how much had left."""
+    view, sent = memoryview(data), 0
+    try:
+        while sent < len(data):
+            _time_left(sock, deadline)
+            sent += sock.send(view[sent:])
+    except _BROKEN as exc:
+        raise _Unsent(sent, exc.strerror or str(exc)) from None
+
+
 class GuardClient:
     """Blocking client, safe to share between threads (one request at a time on one connection).
 
@@ -237,10 +388,16 @@ class GuardClient:
     # -- public API -----------------------------------------------------------------------------
 
     def check(self, agent: str, tool: str, args: Any, **extra: Any) -> Decision:
-        """Ask before a tool call. Never raises when the guard is unavailable: the failure mode answers."""
+        """Ask before a tool call. Never raises when the guard is unavailable: the failure mode answers.
+
+        Args the guard answers with an error (it could not read them) are asked about again at once
+        as unjudgeable, so the call is counted; only an error to that too leaves it to the failure mode."""
+        fields = {"agent": agent, "tool": tool, "args": args, **extra}
         try:
             with self._lock:
-                reply = self._ask(lambda rid: _check_frame(rid, {"agent": agent, "tool": tool, "args": args, **extra}))
+                reply = self._ask(lambda rid: _check_line(rid, fields))
+                if "error" in reply:
+                    reply = self._ask(lambda rid: _check_line(rid, {**fields, **_UNJUDGEABLE}))
             return _decision(reply)
         except (GuardUnavailable, GuardError) as exc:
             return self._health.decide(exc)
@@ -283,31 +440,47 @@ class GuardClient:
     def request(self, op: str, **fields: Any) -> dict[str, Any]:
         """Send one request and return its reply. Raises GuardUnavailable or GuardError."""
         with self._lock:
-            return _reply(self._ask(lambda rid: {"op": op, "id": rid, **fields}))
+            return _reply(self._ask(lambda rid: _request_line(rid, op, fields), idempotent=op not in _ONCE))
 
     def _post(self, frame: dict[str, Any]) -> None:
         """A request sent without waiting for its reply (read, and dropped, with a later one). It goes with the
         next request, in the same write: one wakeup of the guard per tool call rather than two. Sent at once
         when DEFERRED_MAX wait already, and on `close`."""
         with self._lock:
-            if time.monotonic() < self._health.retry_at:
-                return
             self._deferred.append(frame)
             if len(self._deferred) >= DEFERRED_MAX:
                 self._send_deferred()
 
     def _send_deferred(self) -> None:
-        try:
-            sock = self._connect()
-            sock.sendall(self._take_deferred())
-        except (GuardUnavailable, OSError):
-            self._drop()
+        """Write the waiting requests now; when the guard cannot be reached they are dropped (a result the
+        guard cannot be told changes nothing). A kept connection found dead gets them again on a new one
+        only when none of them had left."""
+        deadline = time.monotonic() + self.timeout
+        for first in (True, False):
+            retry = first and self._sock is not None
+            frames, self._deferred = self._deferred, []
+            try:
+                sock = self._connect()
+                _send(sock, self._encoded(frames), deadline)
+                return
+            except _Unsent as exc:
+                self._drop()
+                if not (retry and exc.sent == 0):
+                    return
+                self._deferred = frames
+            except (GuardUnavailable, OSError):
+                self._drop()
+                return
 
-    def _take_deferred(self) -> bytes:
-        """The waiting requests, encoded on the current connection (ids from its session), and no longer waiting."""
-        frames, self._deferred = self._deferred, []
+    def _encoded(self, frames: list[dict[str, Any]]) -> bytes:
+        """`frames` encoded on the current connection (ids from its session)."""
         session = self._session
-        return b"".join(session.send({**frame, "id": session.next_id()}) for frame in frames)
+        out = []
+        for frame in frames:
+            rid = session.next_id()
+            with contextlib.suppress(GuardError):  # its fields were checked when it was posted
+                out.append(session.send(_Line(rid, _request_line(rid, frame["op"], frame))))
+        return b"".join(out)
 
     def poll_events(self) -> int:
         """Read pushed events (interrupts) without blocking; returns how many were handled."""
@@ -350,27 +523,51 @@ class GuardClient:
 
     # -- internals ------------------------------------------------------------------------------
 
-    def _ask(self, build: Callable[[int], dict[str, Any]]) -> dict[str, Any]:
-        if time.monotonic() < self._health.retry_at:
-            raise GuardUnavailable("the guard timed out recently; not asking again yet")
+    def _ask(self, build: Callable[[int], bytes], *, idempotent: bool = True) -> dict[str, Any]:
+        """Send the request `build` makes for its id, with what waits to go (see `_post`), and return its reply.
+        Every call asks: a timeout before never stops this one from trying. A request not `idempotent`
+        goes again on a new connection only when none of it had left (see `_exchange`)."""
         deadline = time.monotonic() + self.timeout
         try:
-            sock = self._connect()
-            deferred = self._take_deferred() if self._deferred else b""
-            rid = self._session.next_id()
-            sock.sendall(deferred + self._session.send(build(rid)))
-            reply = self._read(sock, rid, deadline)
+            try:
+                reply = self._exchange(build, deadline, first=True, idempotent=idempotent)
+            except _Stale:
+                self._drop()
+                reply = self._exchange(build, deadline, first=False, idempotent=idempotent)
         except TimeoutError:
-            self._drop()
-            self._health.retry_at = time.monotonic() + RETRY_AFTER_TIMEOUT
+            self._drop()  # a late reply must not answer a later request; a new connection starts clean
             raise GuardUnavailable(f"no answer within {self.timeout:g} s") from None
         except GuardUnavailable:
             self._drop()
             raise
-        except (OSError, ProtocolError) as exc:
+        except (OSError, ProtocolError, _Unsent) as exc:
             self._drop()
-            raise GuardUnavailable(getattr(exc, "strerror", None) or str(exc)) from None
+            raise GuardUnavailable(getattr(exc, "strerror", None) or str(exc) or "the connection broke") from None
         self._health.ok()
+        return reply
+
+    def _exchange(
+        self, build: Callable[[int], bytes], deadline: float, *, first: bool, idempotent: bool
+    ) -> dict[str, Any]:
+        """One try of `_ask`. Raises _Stale when a connection kept from before turns out dead before any reply
+        (the write refused; or, for an `idempotent` request, closed unanswered after the guard may have read
+        it): `_ask` tries once more on a new connection."""
+        retry = first and self._sock is not None
+        sock = self._connect()
+        rid = self._session.next_id()
+        line = build(rid)
+        frames, self._deferred = self._deferred, []
+        try:
+            _send(sock, self._encoded(frames) + self._session.send(_Line(rid, line)), deadline)
+        except _Unsent as exc:
+            if exc.sent == 0:
+                self._deferred[:0] = frames  # none of it reached the guard: it goes with the next try
+            if retry:
+                raise _Stale from None
+            raise
+        reply = self._read(sock, rid, deadline, retry and idempotent)
+        if _closes(reply):
+            self._drop()
         return reply
 
     def _connect(self) -> socket.socket:
@@ -387,18 +584,26 @@ class GuardClient:
                 self._sock.close()
         self._sock = None
 
-    def _read(self, sock: socket.socket, rid: int, deadline: float) -> dict[str, Any]:
-        """Read until the reply to `rid`; events on the way are handled."""
+    def _read(self, sock: socket.socket, rid: int, deadline: float, retry: bool = False) -> dict[str, Any]:
+        """Read until the reply to `rid`; events on the way are handled. With `retry`, a connection that
+        ends before any reply came (events aside) raises _Stale."""
+        answered = False  # a reply, or part of a frame, came: the guard read what we wrote
         while True:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise TimeoutError
-            sock.settimeout(left)
-            data = sock.recv(65536)
+            _time_left(sock, deadline)
+            try:
+                data = sock.recv(65536)
+            except _BROKEN:
+                if retry and not answered:
+                    raise _Stale from None
+                raise
             if not data:
+                if retry and not answered:
+                    raise _Stale
                 raise ConnectionResetError(0, "the guard closed the connection")
             found = None
-            for item in self._session.receive(data):
+            items = self._session.receive(data)
+            answered = answered or not items or any(isinstance(item, tuple) for item in items)
+            for item in items:
                 if isinstance(item, tuple):
                     if item[0] == rid:
                         found = item[1]
@@ -414,6 +619,18 @@ class GuardClient:
             except Exception:
                 log.exception("on_interrupt callback failed")
         return 1
+
+
+class _Connection:
+    """One connection of the asyncio client: its writer, its protocol session, and the replies it owes."""
+
+    __slots__ = ("pending", "reader", "session", "writer")
+
+    def __init__(self, writer: asyncio.StreamWriter, session: ClientSession) -> None:
+        self.writer = writer
+        self.session = session
+        self.pending: dict[int, asyncio.Future[dict[str, Any]]] = {}
+        self.reader: asyncio.Task[None] | None = None
 
 
 class AsyncGuardClient:
@@ -447,11 +664,9 @@ class AsyncGuardClient:
         self.max_frame = max_frame
         self._health = _Health(self.path, fail_closed)
         self._ids = itertools.count(1)  # shared by every connection's session: an id is never reused
-        self._session = ClientSession(ids=self._ids)
-        self._pending: dict[int, asyncio.Future[dict[str, Any]]] = {}
+        self._session = ClientSession(ids=self._ids)  # the latest connection's (for `server_info`)
         self._deferred: list[dict[str, Any]] = []  # see `_post`
-        self._writer: asyncio.StreamWriter | None = None
-        self._reader_task: asyncio.Task[None] | None = None
+        self._conn: _Connection | None = None
         self._connecting: asyncio.Lock | None = None
 
     @property
@@ -460,16 +675,20 @@ class AsyncGuardClient:
 
     @property
     def connected(self) -> bool:
-        return self._writer is not None
+        return self._conn is not None
 
     @property
     def server_info(self) -> dict[str, Any]:
         return self._session.server_info
 
     async def check(self, agent: str, tool: str, args: Any, **extra: Any) -> Decision:
+        """As GuardClient.check."""
+        fields = {"agent": agent, "tool": tool, "args": args, **extra}
         try:
-            frame = _check_frame(next(self._ids), {"agent": agent, "tool": tool, "args": args, **extra})
-            return _decision(await self._ask(frame, self.timeout))
+            reply = await self._ask(lambda rid: _check_line(rid, fields), self.timeout)
+            if "error" in reply:
+                reply = await self._ask(lambda rid: _check_line(rid, {**fields, **_UNJUDGEABLE}), self.timeout)
+            return _decision(reply)
         except (GuardUnavailable, GuardError) as exc:
             return self._health.decide(exc)
 
@@ -503,49 +722,85 @@ class AsyncGuardClient:
 
     async def request(self, op: str, *, timeout: float | None = None, **fields: Any) -> dict[str, Any]:
         """One request/reply. Raises GuardUnavailable or GuardError."""
-        frame = {"op": op, "id": next(self._ids), **fields}
-        return _reply(await self._ask(frame, self.timeout if timeout is None else timeout))
+        limit = self.timeout if timeout is None else timeout
+        return _reply(await self._ask(lambda rid: _request_line(rid, op, fields), limit, idempotent=op not in _ONCE))
 
-    async def _ask(self, frame: dict[str, Any], limit: float) -> dict[str, Any]:
-        if time.monotonic() < self._health.retry_at:
-            raise GuardUnavailable("the guard timed out recently; not asking again yet")
-        rid = frame["id"]
-        future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
-        self._pending[rid] = future
+    async def _ask(self, build: Callable[[int], bytes], limit: float, *, idempotent: bool = True) -> dict[str, Any]:
+        """As GuardClient._ask: every call asks, and a kept connection found dead gets the request once more."""
+        rid = next(self._ids)
+        line = build(rid)
         try:
             async with asyncio.timeout(limit):
-                writer = await self._connect()
-                writer.write(
-                    self._take_deferred() + self._session.send(frame) if self._deferred else self._session.send(frame)
-                )
-                reply = await future
+                try:
+                    reply = await self._exchange(rid, line, first=True, idempotent=idempotent)
+                except _Stale:
+                    reply = await self._exchange(rid, line, first=False, idempotent=idempotent)
         except TimeoutError:
-            self._health.retry_at = time.monotonic() + RETRY_AFTER_TIMEOUT
-            await self._drop()
+            # Only this request gives up: the others on the connection wait on (a late reply is dropped).
+            self._forget(rid)
             raise GuardUnavailable(f"no answer within {limit:g} s") from None
         except GuardUnavailable:
+            self._forget(rid)
             raise
-        except OSError as exc:
-            await self._drop()
-            raise GuardUnavailable(exc.strerror or str(exc)) from None
-        finally:
-            self._pending.pop(rid, None)
+        except (OSError, ProtocolError) as exc:
+            self._forget(rid)
+            raise GuardUnavailable(getattr(exc, "strerror", None) or str(exc) or "the connection broke") from None
         self._health.ok()
         return reply
 
+    def _forget(self, rid: int) -> None:
+        conn = self._conn
+        if conn is not None:
+            conn.pending.pop(rid, None)
+            conn.session.forget(rid)
+
+    async def _exchange(self, rid: int, line: bytes, *, first: bool, idempotent: bool) -> dict[str, Any]:
+        """One try of `_ask`; raises _Stale as GuardClient._exchange does."""
+        retry = first and self._conn is not None
+        conn = await self._connect()
+        if conn.writer.is_closing():  # it died, and the loop has not run its reader since: use a new one
+            await self._drop(conn)
+            conn = await self._connect()
+            retry = False
+        frames, self._deferred = self._deferred, []
+        conn.writer.write(self._encoded(conn, frames) + conn.session.send(_Line(rid, line)))
+        if conn.writer.is_closing():
+            # The write failed at once (the guard is gone): none of it left, so all of it may go again.
+            self._deferred[:0] = frames
+            await self._drop(conn)
+            if retry:
+                raise _Stale
+            raise ConnectionResetError(0, "the guard closed the connection")
+        # No await since the write: its reply cannot have been read yet.
+        future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        conn.pending[rid] = future
+        try:
+            return await future
+        except _BROKEN:  # closed before our reply: the guard may have read it, so only the request goes again
+            if retry and idempotent:
+                raise _Stale from None
+            raise
+        finally:
+            conn.pending.pop(rid, None)
+
     def _post(self, frame: dict[str, Any]) -> None:
         """A request sent without waiting for its reply (which matches nothing and is dropped): it goes with
-        the next request, in the same write (as GuardClient._post). Past DEFERRED_MAX waiting, and on `close`,
-        they go on a connection already open."""
-        if time.monotonic() < self._health.retry_at:
-            return
+        the next request, in the same write (as GuardClient._post). Past DEFERRED_MAX waiting they go at once
+        on the open connection, or are dropped when there is none (the guard cannot be told now)."""
         self._deferred.append(frame)
-        if len(self._deferred) >= DEFERRED_MAX and self._writer is not None:
-            self._writer.write(self._take_deferred())
+        if len(self._deferred) >= DEFERRED_MAX:
+            frames, self._deferred = self._deferred, []
+            conn = self._conn
+            if conn is not None and not conn.writer.is_closing():
+                conn.writer.write(self._encoded(conn, frames))
 
-    def _take_deferred(self) -> bytes:
-        frames, self._deferred = self._deferred, []
-        return b"".join(self._session.send({**frame, "id": next(self._ids)}) for frame in frames)
+    def _encoded(self, conn: _Connection, frames: list[dict[str, Any]]) -> bytes:
+        out = []
+        for frame in frames:
+            rid = next(self._ids)
+            with contextlib.suppress(GuardError):  # its fields were checked when it was posted
+                out.append(conn.session.send(_Line(rid, _request_line(rid, frame["op"], frame))))
+        return b"".join(out)
 
     async def connect(self) -> None:
         """Connect now (requests connect lazily); raises GuardUnavailable."""
@@ -555,14 +810,14 @@ class AsyncGuardClient:
         except (OSError, TimeoutError) as exc:
             raise GuardUnavailable(getattr(exc, "strerror", None) or str(exc) or "timed out") from None
 
-    async def _connect(self) -> asyncio.StreamWriter:
-        if self._writer is not None:
-            return self._writer
+    async def _connect(self) -> _Connection:
+        if self._conn is not None:
+            return self._conn
         if self._connecting is None:
             self._connecting = asyncio.Lock()
         async with self._connecting:
-            if self._writer is not None:
-                return self._writer
+            if self._conn is not None:
+                return self._conn
             why = check_socket(self.path)
             if why is not None:
                 raise GuardUnavailable(why)
@@ -572,31 +827,32 @@ class AsyncGuardClient:
                 writer.close()
                 raise GuardUnavailable(why)
             hello = Hello(0, self.harness, self.version, os.getpid(), self.role)
-            self._session = ClientSession(hello, self.max_frame, ids=self._ids)
-            self._writer = writer
-            self._reader_task = asyncio.create_task(self._read(reader, writer), name="guard-client-reader")
-            return writer
+            conn = self._conn = _Connection(writer, ClientSession(hello, self.max_frame, ids=self._ids))
+            self._session = conn.session
+            conn.reader = asyncio.create_task(self._read(reader, conn), name="guard-client-reader")
+            return conn
 
-    async def _read(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        session = self._session
+    async def _read(self, reader: asyncio.StreamReader, conn: _Connection) -> None:
         try:
             while data := await reader.read(65536):
-                for item in session.receive(data):
+                for item in conn.session.receive(data):
                     if isinstance(item, tuple):
-                        future = self._pending.get(item[0])
+                        future = conn.pending.get(item[0])
                         if future is not None and not future.done():
                             future.set_result(item[1])
+                        if _closes(item[1]) and self._conn is conn:
+                            self._conn = None  # the guard closes it: later requests take a new one
                     else:
                         await self._dispatch(item)
         except (OSError, ProtocolError) as exc:
             log.debug("guard connection lost: %s", exc)
         finally:
-            if self._writer is writer:
-                self._writer = None
-            for f in self._pending.values():
+            if self._conn is conn:
+                self._conn = None
+            for f in conn.pending.values():
                 if not f.done():
                     f.set_exception(ConnectionResetError(0, "the guard closed the connection"))
-            writer.close()
+            conn.writer.close()
 
     async def _dispatch(self, event: Event) -> None:
         try:
@@ -611,21 +867,26 @@ class AsyncGuardClient:
         except Exception:
             log.exception("event callback failed")
 
-    async def _drop(self) -> None:
-        writer, self._writer = self._writer, None
-        task, self._reader_task = self._reader_task, None
-        if writer is not None:
-            writer.close()
+    async def _drop(self, conn: _Connection | None = None) -> None:
+        conn = conn if conn is not None else self._conn
+        if conn is None:
+            return
+        if self._conn is conn:
+            self._conn = None
+        conn.writer.close()
+        task = conn.reader
         if task is not None and task is not asyncio.current_task():
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
 
     async def close(self) -> None:
-        if self._deferred and self._writer is not None:
+        conn = self._conn
+        if self._deferred and conn is not None:
+            frames, self._deferred = self._deferred, []
             with contextlib.suppress(OSError):
-                self._writer.write(self._take_deferred())  # what was posted still reaches the guard
-                await self._writer.drain()
+                conn.writer.write(self._encoded(conn, frames))  # what was posted still reaches the guard
+                await conn.writer.drain()
         await self._drop()
 
     async def __aenter__(self) -> AsyncGuardClient:

@@ -22,6 +22,7 @@ from breaker.hook import answer, detect, parse_event
 from breaker.paths import default_operator_socket_path
 from breaker.wire import MAX_FRAME
 from tests.conftest import request
+from tests.guardproxy import GuardProxy, is_check
 from tests.test_paths import (
     HOSTILE,
     NEEDS_ROOT,
@@ -734,3 +735,92 @@ def test_help_lists_every_flag():
     out = subprocess.run([str(CBHOOK), "--help"], capture_output=True, text=True, check=True).stdout
     for flag in ("--socket", "--timeout", "--fail-closed", "--harness", "--dsh-plugin-path"):
         assert flag in out
+
+
+# --- every call judged: big numbers and a guard that cannot read the args (issue 20) -------------
+
+NEEDS_EXACT_PARSE = pytest.mark.xfail(strict=True, reason="needs the guard's exact-number parse")
+BIG = "1" + "0" * 309 + "1"  # 311 digits: orjson reads it as a float beyond a double's range
+HUGE = "1" + "0" * 4998 + "7"  # 5,000 digits: past what the standard library reads by default (4,300)
+CAPPED = "- id: circuit-breaker\n  config:\n    maxCallsPerAgent: 3\n"
+
+
+def with_literal(payload: dict[str, Any], literal: str) -> bytes:
+    """`payload` as JSON with its tool_input's `n` the number `literal`, exactly as written."""
+    return json.dumps(payload).encode().replace(b'"@N@"', literal.encode())
+
+
+def big_call(session: str, literal: str, i: int | None = None) -> bytes:
+    payload = claude_pre(session)
+    payload["tool_input"] = {"n": "@N@"} if i is None else {"n": "@N@", "i": i}
+    return with_literal(payload, literal)
+
+
+def test_number_literals_are_read_and_written_back_exactly_as_written():
+    text = b'{"a": -%s, "b": [1.5, %s, {"c": %s}], "s": "\\u0000cbhook-number-", "n": 12, "f": 1e5}' % (
+        HUGE.encode(),
+        BIG.encode(),
+        b"18446744073709551617",
+    )
+    value = hook.loads(text)
+    assert value["n"] == 12 and value["f"] == 1e5 and value["s"] == "\x00cbhook-number-"
+    assert hook.dumps(value, separators=(",", ":")) == (
+        f'{{"a":-{HUGE},"b":[1.5,{BIG},{{"c":18446744073709551617}}],"s":"\\u0000cbhook-number-","n":12,"f":100000.0}}'
+    )
+    assert hook.loads(f'{{"x": {BIG}}}')["x"].text == BIG  # Cursor's MCP arguments come as a JSON string
+
+
+@pytest.mark.parametrize("literal", [BIG, HUGE, "-" + HUGE], ids=["311-digits", "5000-digits", "negative"])
+def test_a_big_integer_in_tool_input_reaches_the_guard_exactly_as_the_harness_wrote_it(guard, tmp_path, literal):
+    proxy = GuardProxy(guard.socket, tmp_path / "proxy" / "guard.sock")
+    try:
+        result = cbhook(big_call("s-exact", literal), socket_path=proxy.path)
+    finally:
+        proxy.close()
+    assert (result.returncode, result.stdout) == (0, b""), result
+    assert any(b'"args":{"n":%s}' % literal.encode() in f for f in proxy.frames)
+
+
+@pytest.mark.parametrize("literal", [BIG, HUGE], ids=["311-digits", "5000-digits"])
+def test_a_call_with_a_big_integer_is_counted_and_the_cap_applies(guard_factory, literal):
+    g = guard_factory(patch_text=CAPPED)
+    outs = [cbhook(big_call("s-big", literal, i), socket_path=g.socket) for i in range(4)]
+    assert [o.stdout for o in outs[:3]] == [b""] * 3, outs
+    reason = stdout_json(outs[3])["hookSpecificOutput"]["permissionDecisionReason"]
+    assert reason.startswith("Circuit breaker (cap)"), reason
+    assert agent_views(g.socket)["s-big"]["calls"] == 3
+
+
+@NEEDS_EXACT_PARSE
+@pytest.mark.parametrize("literal", [BIG, HUGE], ids=["311-digits", "5000-digits"])
+def test_the_seventh_identical_call_with_a_big_integer_is_denied_as_a_duplicate(guard, literal):
+    outs = [cbhook(big_call("s-dup", literal), socket_path=guard.socket) for _ in range(7)]
+    assert [o.stdout for o in outs[:6]] == [b""] * 6, outs
+    reason = stdout_json(outs[6])["hookSpecificOutput"]["permissionDecisionReason"]
+    assert reason.startswith("Circuit breaker (duplicate)"), reason
+
+
+@NEEDS_EXACT_PARSE
+@pytest.mark.parametrize(
+    ("a", "b"),
+    [(str(2**64 + 1), str(2**64 + 2)), (BIG, BIG[:-1] + "2"), (HUGE, HUGE[:-1] + "8")],
+    ids=["2**64", "311-digits", "5000-digits"],
+)
+def test_args_differing_only_in_a_big_integer_are_not_duplicates(guard, a, b):
+    outs = [cbhook(big_call("s-diff", n), socket_path=guard.socket) for n in [a] * 6 + [b, a]]
+    assert [o.stdout for o in outs[:7]] == [b""] * 7, outs  # b is a new call
+    reason = stdout_json(outs[7])["hookSpecificOutput"]["permissionDecisionReason"]
+    assert reason.startswith("Circuit breaker (duplicate)"), reason  # a's 7th: judged exactly, not unjudgeable
+
+
+def test_a_check_the_guard_answers_with_an_error_is_asked_again_as_unjudgeable_and_counted(guard, tmp_path):
+    proxy = GuardProxy(guard.socket, tmp_path / "proxy" / "guard.sock")
+    proxy.answer_next({"error": {"code": "bad_json", "message": "not valid JSON: injected"}})
+    try:
+        result = cbhook(claude_pre("s-retry"), "--fail-closed", socket_path=proxy.path)
+    finally:
+        proxy.close()
+    assert (result.returncode, result.stdout) == (0, b""), result  # allowed by the guard: not the fail-closed deny
+    assert agent_views(guard.socket)["s-retry"]["calls"] == 1
+    (check,) = [f for f in proxy.frames if is_check(f)]
+    assert b'"args":null' in check and b'"args_unserializable":true' in check

@@ -8,6 +8,9 @@
 //
 // Fail open by default: a check the guard cannot answer within the timeout is allowed and counted,
 // with one log line when the guard goes away and one when it is back. `failClosed` denies instead.
+// Every check asks: a timeout gives up on that request alone, never on the next ones (one slow
+// answer must not become a second of unjudged calls). A check the guard answers with an error (args
+// it cannot read) is asked again as unjudgeable, so the call is counted, never let through uncounted.
 // Nothing here throws at its caller, and nothing keeps Node alive when no request is waiting.
 
 import { createHash } from 'node:crypto'
@@ -19,7 +22,6 @@ import { dirname, join, resolve } from 'node:path'
 export const PROTOCOL_VERSION = 1
 export const MAX_FRAME = 8 * 1024 * 1024 // the guard's frame limit (breaker.protocol.MAX_FRAME)
 export const DEFAULT_TIMEOUT_MS = 500
-const RETRY_AFTER_TIMEOUT_MS = 1000 // after a timeout (a hung guard), fail fast for this long instead of waiting
 const MAX_REPLY_BUFFER = 64 * 1024 * 1024
 
 function expandUser(path) {
@@ -198,7 +200,6 @@ export class GuardConnection {
     this.misses = 0
     this.closed = false
     this.downSince = null
-    this.retryAt = 0
     this.ids = 0
     this.socket = null
     this.connecting = null
@@ -211,8 +212,10 @@ export class GuardConnection {
     const fields = { agent, tool, harness: this.harness, parent, call_id: callId, args }
     try {
       let reply = await this.request('check', fields)
-      if (reply.error?.code === 'bad_json') {
-        // JSON the guard cannot read (a lone surrogate): ask again with the args as unjudgeable.
+      if (reply.error) {
+        // The guard could not take the frame (JSON it cannot read: a lone surrogate, a number past
+        // its range): ask again with the args as unjudgeable, so the call is counted and the cap
+        // applies. An error to that too (the ids themselves) leaves the call to the failure mode.
         reply = await this.request('check', { ...fields, args: null, args_unserializable: true })
       }
       if (reply.decision === 'allow' || reply.decision === 'deny') this.healthy()
@@ -261,7 +264,6 @@ export class GuardConnection {
   /** One request/reply. Rejects with an Error saying why the guard could not be asked. */
   async request(op, fields) {
     if (this.closed) throw new Error('the plugin is unloading')
-    if (Date.now() < this.retryAt) throw new Error('the guard timed out recently; not asking again yet')
     const id = ++this.ids
     let frameText = encode(op, id, fields)
     if (op === 'check' && (frameText === undefined || Buffer.byteLength(frameText) > MAX_FRAME)) {
@@ -272,9 +274,9 @@ export class GuardConnection {
     let timer
     const reply = new Promise((resolve, reject) => {
       timer = setTimeout(() => {
+        // Only this request gives up: the others on the connection wait on, and its late reply,
+        // if one comes, finds no waiter and is dropped.
         this.pending.delete(id)
-        this.retryAt = Date.now() + RETRY_AFTER_TIMEOUT_MS
-        this.drop(new Error(`no answer within ${this.timeoutMs} ms`))
         reject(new Error(`no answer within ${this.timeoutMs} ms`))
       }, this.timeoutMs)
       this.pending.set(id, { resolve, reject, timer })

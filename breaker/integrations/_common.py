@@ -5,6 +5,12 @@ error or stop; everything else is here once: the clients (the library's own `Gua
 `AsyncGuardClient`, which check the socket's owner and apply the failure mode), the interrupts seen
 (pushed by the guard, or met as an `interrupted` deny), and which agent's tool is running now, so an
 agent started inside another agent's tool is shown as its child.
+
+The guard is the source of truth on interrupts. An interrupt seen here is remembered only until it
+has stopped the run it was meant for (`take_interrupt`), or until the guard judges one of the agent's
+calls (an answer other than `interrupted` says the operator lifted it). An `uninterrupt` is never
+pushed: a run started later asks the guard again, and its first call is denied if the agent is still
+interrupted (then that run stops).
 """
 
 from __future__ import annotations
@@ -150,8 +156,12 @@ class Breaker:
         return fields
 
     def _decided(self, call: Call, decision: Decision) -> Decision:
+        if decision.fallback:
+            return decision  # the guard did not answer: it said nothing about an interrupt
         if not decision.allowed and decision.kind == "interrupted":
             self._interrupted(call.agent, decision.reason)
+        else:
+            self.forget_interrupt(call.agent)  # judged, and not as interrupted: the operator lifted it
         return decision
 
     def check(self, call: Call) -> Decision:
@@ -194,11 +204,25 @@ class Breaker:
             self.on_interrupt(agent, reason)
 
     def interrupt_reason(self, agent: str, *, poll: bool = False) -> str | None:
-        """The operator's reason if `agent` was interrupted, else None. `poll` first reads the interrupts
-        the guard pushed to the blocking client (a read that never waits)."""
+        """The operator's reason if `agent` was seen interrupted (and not forgotten since), else None. `poll`
+        first reads the interrupts the guard pushed to the blocking client (a read that never waits)."""
         if poll and self._sync is not None:
             self._sync.poll_events()
         return self._interrupts.get(agent)
+
+    def take_interrupt(self, agent: str, *, poll: bool = False) -> str | None:
+        """As `interrupt_reason`, and forget it: for the framework that stops a run with it. The run after
+        that asks the guard again (which denies its first call if the agent is still interrupted)."""
+        if poll and self._sync is not None:
+            self._sync.poll_events()
+        with self._lock:
+            return self._interrupts.pop(agent, None)
+
+    def forget_interrupt(self, agent: str) -> None:
+        """Forget an interrupt seen for `agent` (the guard said otherwise, or it stopped its run)."""
+        if agent in self._interrupts:
+            with self._lock:
+                self._interrupts.pop(agent, None)
 
     # -- parents ------------------------------------------------------------------------------------
 

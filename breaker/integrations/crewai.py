@@ -5,8 +5,10 @@
 which CrewAI runs for blocked calls too, puts the deny text where the tool's result would be, so the
 model reads it instead of CrewAI's "Tool execution blocked by hook". An operator interrupt aborts the
 agent's next model call (`HookAborted`, CrewAI's own way for a hook to stop an operation): the kickoff
-ends with that error. CrewAI hooks are synchronous, in `kickoff()` and `kickoff_async()` alike: they use
-the blocking client (a check is well under a millisecond).
+ends with that error. A later kickoff asks the guard again: it runs once the operator lifted the
+interrupt, and is aborted after its first call's deny while it stands. CrewAI hooks are synchronous,
+in `kickoff()` and `kickoff_async()` alike: they use the blocking client (a check is well under a
+millisecond).
 
 CrewAI stops a run by itself at the 5th identical call that got the same result
 (`ToolExecutionFailedError`); the guard counts calls by their args alone, within a window, with a cap,
@@ -95,7 +97,7 @@ class CrewAIGuard:
 
     def before_llm_call(self, ctx: LLMCallHookContext) -> bool | None:
         agent = agent_of(getattr(ctx, "agent", None), getattr(ctx, "crew", None))
-        reason = self.breaker.interrupt_reason(agent, poll=True)
+        reason = self.breaker.take_interrupt(agent, poll=True)  # it stops this kickoff; a later one asks again
         if reason is not None:
             raise HookAborted(f"the operator interrupted agent {agent!r}: {reason or 'no reason given'}", "cbconsole")
         return None

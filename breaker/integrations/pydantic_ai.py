@@ -4,7 +4,8 @@
 and the model reads the deny text as the call's return: not a `ModelRetry`, which counts toward the
 tool's `max_retries` (1 by default), so a second deny in a row would end the run with
 `UnexpectedModelBehavior`. An operator interrupt cancels the run (`RunContext.cancel()`), at once when the
-guard pushes it, even in the middle of a model request: the run ends with `RunCancelled`.
+guard pushes it, even in the middle of a model request: the run ends with `RunCancelled`. A later run
+asks the guard again: it goes on once the operator lifted the interrupt.
 
 Agent ids: the run's `conversation_id` (kept across runs that continue a `message_history`); an agent run
 inside another guarded agent's tool is its child.
@@ -54,15 +55,18 @@ class CircuitBreaker(AbstractCapability[Any]):
         return None  # holds a live client: not built from a spec
 
     def _interrupted(self, agent: str, reason: str) -> None:
-        for ctx in list(self._live.get(agent, ())):
+        runs = list(self._live.get(agent, ()))
+        for ctx in runs:
             ctx.cancel()  # a no-op once the run has finished
+        if runs:  # it stopped the runs it was meant for; with none live, the agent's next run takes it
+            self.breaker.forget_interrupt(agent)
 
     async def wrap_run(self, ctx: RunContext[Any], *, handler: Any) -> Any:
         agent = agent_of(ctx)
         runs = self._live.setdefault(agent, [])
         runs.append(ctx)
         try:
-            if self.breaker.interrupt_reason(agent) is not None:
+            if self.breaker.take_interrupt(agent) is not None:  # pushed while no run of it was live
                 ctx.cancel()
             return await handler()
         finally:
@@ -85,6 +89,7 @@ class CircuitBreaker(AbstractCapability[Any]):
         if not decision.allowed:
             if decision.kind == "interrupted":
                 ctx.cancel()
+                self.breaker.forget_interrupt(agent)  # this run stops; the next one asks the guard again
             raise SkipToolExecution(deny_text(decision))
         with self.breaker.running(agent):
             result = await handler(args)

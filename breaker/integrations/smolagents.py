@@ -94,8 +94,8 @@ def guard(
     def stop_if_interrupted(step: ActionStep, **_: Any) -> None:
         """After each step: an interrupt the guard pushed meanwhile stops the agent before its next step."""
         found = owner()
-        if found is not None and breaker.interrupt_reason(me, poll=True) is not None:
-            found.interrupt()
+        if found is not None and breaker.take_interrupt(me, poll=True) is not None:
+            found.interrupt()  # this run stops; a later run asks the guard again
 
     agent.step_callbacks.register(ActionStep, stop_if_interrupted)
     return agent

@@ -153,6 +153,18 @@ class Scenario:
     def resume(self) -> None:
         self.go.write_text("go")
 
+    def wait_again(self, timeout: float = 120) -> None:
+        """Until the first run ended and the scenario waits to run the agent again (`--again`)."""
+        marker = self.ready.with_name(self.ready.name + "-again")
+        deadline = time.monotonic() + timeout
+        while not marker.exists():
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                raise AssertionError(f"the first run never ended:\n{self.log.read_text()[-4000:]}")
+            time.sleep(0.02)
+
+    def run_again(self) -> None:
+        self.go.with_name(self.go.name + "-again").write_text("go")
+
     def result(self, timeout: float = 240) -> Outcome:
         try:
             self.proc.wait(timeout)
@@ -217,6 +229,35 @@ def test_an_operator_interrupt_stops_the_run(installed, guard, tmp_path, name, m
     stopped_the_framework_way(flavour, out)
     assert out.runs == 3  # nothing ran after the interrupt
     assert len(out.requests) <= 4, out.requests  # at most the one model turn already under way
+
+
+# The frameworks whose integration remembers an interrupt to stop a run (the others stop at the deny).
+REMEMBERING = [(name, mode) for name, mode in PAIRS if name in ("pydantic-ai", "smolagents", "crewai")]
+
+
+@pytest.mark.parametrize(("name", "mode"), REMEMBERING)
+def test_an_agent_interrupted_then_uninterrupted_runs_its_next_tool_call(installed, guard, tmp_path, name, mode):
+    flavour = BY_NAME[name]
+    scenario = Scenario(
+        installed[flavour.extra], flavour, tmp_path, guard.socket, mode, "--calls", "6", "--pause-at", "3", "--again"
+    )
+    scenario.wait_ready()
+    (row,) = agents_of(guard)
+    reply = request(guard.operator, {"op": "interrupt", "id": 2, "agent": row["agent"], "reason": "looping"})
+    assert reply.get("ok") is True, reply
+    scenario.resume()
+    scenario.wait_again()  # the interrupt stopped the run
+    reply = request(guard.operator, {"op": "uninterrupt", "id": 3, "agent": row["agent"]})
+    assert reply.get("known") is True, reply
+    scenario.run_again()
+    out = scenario.result()
+    stopped_the_framework_way(flavour, out)
+    assert out.runs == 3
+    again = out.raw["again"]
+    assert again["error"] is None, (again["error_text"], again.get("traceback"))
+    assert again["final"] == "done" and again["runs"] >= 1, again  # its next tool call ran: it was not stopped
+    (after,) = agents_of(guard)  # the same agent to the guard, its calls counted on
+    assert after["agent"] == row["agent"] and after["calls"] == 3 + again["runs"], after
 
 
 @pytest.mark.parametrize("name", [f.name for f in FLAVOURS if f.nested])

@@ -133,3 +133,25 @@ def test_the_breaker_applies_the_failure_mode_when_the_guard_is_down(tmp_path):
     closed = Breaker("x", socket_path=nowhere, fail_closed=True).check(call)
     assert not closed.allowed and closed.kind == "unavailable"
     assert "unavailable" in deny_text(closed)
+
+
+def test_the_guard_is_the_source_of_truth_an_interrupt_is_forgotten_once_it_judges_a_call_or_stopped_a_run(guard):
+    seen: list[str] = []
+    breaker = Breaker("my-framework", socket_path=guard.socket, on_interrupt=lambda a, r: seen.append(r))
+    call = Call("agent-1", "search", {"q": "x"})
+    assert breaker.check(call).allowed
+    request(guard.operator, {"op": "interrupt", "id": 2, "agent": "agent-1", "reason": "first"})
+    assert breaker.check(call).kind == "interrupted"
+    assert "first" in (breaker.interrupt_reason("agent-1") or "")
+    request(guard.operator, {"op": "uninterrupt", "id": 3, "agent": "agent-1"})
+    assert breaker.check(call).allowed  # judged by the guard: the remembered interrupt is gone
+    assert breaker.interrupt_reason("agent-1") is None
+    request(guard.operator, {"op": "interrupt", "id": 4, "agent": "agent-1", "reason": "second"})
+    assert breaker.check(call).kind == "interrupted"
+    assert [r.endswith(("first", "second")) for r in seen] == [True, True]  # a new interrupt is told again
+    assert "second" in (breaker.take_interrupt("agent-1") or "")  # it stopped a run: the next run asks the guard
+    assert breaker.take_interrupt("agent-1") is None
+    breaker.close()
+    down = Breaker("x", socket_path=guard.socket.with_name("none.sock"))
+    down._interrupted("agent-1", "seen")
+    assert down.check(call).fallback and down.interrupt_reason("agent-1") == "seen"  # no answer: nothing learned

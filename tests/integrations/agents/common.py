@@ -6,6 +6,9 @@ the tool's runs, the tool results the model was sent at each of its requests, ho
 
 `--pause-at K`: the probe's K-th run writes `--ready` (with the agent's id, if known) and waits for
 `--go`, so the test can look at the guard and interrupt the agent while the run is in progress.
+
+`--again`: once the run ended, write `<ready>-again` and wait for `<go>-again`, then run the same agent
+once more (the scenario's `again`, given how the first run ended); its outcome is the output's `again`.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ class Options:
     socket: str | None
     rounds: int = 0
     unguarded: bool = False  # bench: this run without the guard (the baseline)
+    again: bool = False
 
 
 def options() -> Options:
@@ -52,8 +56,11 @@ def options() -> Options:
     p.add_argument("--fail-closed", action="store_true", help="build the guard by hand with fail_closed=True")
     p.add_argument("--socket", help="the guard's socket, when building by hand (else $CBCONSOLE_SOCKET)")
     p.add_argument("--rounds", type=int, default=3, help="bench: pairs of runs (guarded, unguarded)")
+    p.add_argument("--again", action="store_true", help="run the same agent once more after the test says go")
     a = p.parse_args()
-    return Options(a.mode, a.calls, a.out, a.results, a.pause_at, a.ready, a.go, a.fail_closed, a.socket, a.rounds)
+    return Options(
+        a.mode, a.calls, a.out, a.results, a.pause_at, a.ready, a.go, a.fail_closed, a.socket, a.rounds, again=a.again
+    )
 
 
 def args_for(opts: Options, made: int) -> dict[str, Any]:
@@ -118,8 +125,36 @@ def steps(record: Record, run: Callable[[], str]) -> list[float]:
     return [b - a for a, b in zip(record.times, record.times[1:], strict=False)]
 
 
-def finish(opts: Options, probe: Probe, record: Record, run: Callable[[], str], **extra: Any) -> None:
-    """Run the agent, write what happened."""
+def wait_for(path: Path, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"the test never wrote {path}")
+        time.sleep(0.01)
+
+
+def outcome(run: Callable[[], str]) -> tuple[dict[str, Any], BaseException | None]:
+    """How one run ended: its final answer, or its error."""
+    out: dict[str, Any] = {"final": None, "error": None, "error_text": None}
+    try:
+        out["final"] = run()
+    except BaseException as e:
+        out["error"] = type(e).__name__
+        out["error_text"] = str(e)[:2000]
+        out["traceback"] = traceback.format_exc()[-4000:]
+        return out, e
+    return out, None
+
+
+def finish(
+    opts: Options,
+    probe: Probe,
+    record: Record,
+    run: Callable[[], str],
+    again: Callable[[BaseException | None], str] | None = None,
+    **extra: Any,
+) -> None:
+    """Run the agent, write what happened (with `--again`, run it once more when the test says go)."""
     if opts.mode == "bench":
         guarded: list[float] = []
         baseline: list[float] = []
@@ -129,12 +164,12 @@ def finish(opts: Options, probe: Probe, record: Record, run: Callable[[], str], 
                 (baseline if unguarded else guarded).extend(steps(record, run))
         opts.out.write_text(json.dumps({"guarded": guarded, "baseline": baseline, "runs": probe.runs}))
         return
-    out: dict[str, Any] = {"final": None, "error": None, "error_text": None}
-    try:
-        out["final"] = run()
-    except BaseException as e:
-        out["error"] = type(e).__name__
-        out["error_text"] = str(e)[:2000]
-        out["traceback"] = traceback.format_exc()[-4000:]
+    out, error = outcome(run)
     out.update(runs=probe.runs, requests=record.requests, **extra)
+    if opts.again and again is not None and opts.ready and opts.go:
+        opts.ready.with_name(opts.ready.name + "-again").write_text(json.dumps({"runs": probe.runs}))
+        wait_for(opts.go.with_name(opts.go.name + "-again"))
+        before = probe.runs
+        out["again"], _ = outcome(lambda: again(error))
+        out["again"]["runs"] = probe.runs - before
     opts.out.write_text(json.dumps(out, default=str))

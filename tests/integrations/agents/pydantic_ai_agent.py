@@ -6,6 +6,7 @@ import asyncio
 from typing import Any
 
 from pydantic_ai import Agent, RunContext
+from pydantic_ai.exceptions import RunCancelled
 from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart, ToolReturnPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
@@ -14,6 +15,7 @@ from tests.integrations.agents.common import FINAL, PROBE_ARGS, Probe, Record, a
 opts = options()
 probe = Probe(opts)
 record = Record()
+built: dict[str, Agent[Any, str]] = {}
 
 
 def scripted(tool: str, args: dict[str, Any], calls: int, *, log: bool) -> FunctionModel:
@@ -48,7 +50,7 @@ def build(model: FunctionModel, tools: list[Any]) -> Agent[Any, str]:
 
 
 def run() -> str:
-    agent = build(scripted("search", PROBE_ARGS, opts.calls, log=True), [search])
+    agent = built["agent"] = build(scripted("search", PROBE_ARGS, opts.calls, log=True), [search])
     if opts.mode == "nested":
         return run_nested(agent)
     if opts.mode == "async":
@@ -67,4 +69,13 @@ def run_nested(searcher: Agent[Any, str]) -> str:
     return boss.run_sync("Research cbprobe.").output
 
 
-finish(opts, probe, record, run)
+def again(error: BaseException | None) -> str:
+    """The same conversation goes on (its messages so far as the history): the same agent to the guard."""
+    history = error.all_messages() if isinstance(error, RunCancelled) else None
+    agent = built["agent"]
+    if opts.mode == "async":
+        return asyncio.run(agent.run("Go on.", message_history=history)).output
+    return agent.run_sync("Go on.", message_history=history).output
+
+
+finish(opts, probe, record, run, again)

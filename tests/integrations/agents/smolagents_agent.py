@@ -12,6 +12,7 @@ from tests.integrations.agents.common import FINAL, PROBE_ARGS, Probe, Record, a
 opts = options()
 probe = Probe(opts)
 record = Record()
+built: dict[str, ToolCallingAgent] = {}
 
 
 def _text(message: Any) -> str:
@@ -70,7 +71,8 @@ def run() -> str:
     model = ScriptedModel("search", PROBE_ARGS, opts.calls, log=True)
     if opts.mode == "nested":
         return run_nested(model)
-    return str(build(model, [search]).run("Search for cbprobe."))
+    agent = built["agent"] = build(model, [search])
+    return str(agent.run("Search for cbprobe."))
 
 
 def run_nested(model: Model) -> str:
@@ -83,4 +85,9 @@ def run_nested(model: Model) -> str:
     return str(boss.run("Find cbprobe."))
 
 
-finish(opts, probe, record, run)
+def again(error: BaseException | None) -> str:
+    """The same agent runs once more (smolagents has no run id: it is the same agent to the guard)."""
+    return str(built["agent"].run("Search for cbprobe again."))
+
+
+finish(opts, probe, record, run, again)
