@@ -587,16 +587,25 @@ class Hook:
         self.fail_closed = fail_closed
         self.harness = harness  # a key of TOOL_EVENTS (--harness), or None: detect it per payload
 
-    def run(self, data: bytes | None) -> tuple[str, int]:
-        """`data` is stdin (None: more than MAX_STDIN, drained unread)."""
+    def run(self, data: bytes) -> tuple[str, int]:
+        """`data` is stdin (`Oversized`: its head only, the rest drained unread)."""
         harness = self.harness
-        if data is None:
-            return self._cannot_judge(harness, None, f"the hook payload is over {MAX_STDIN // (1024 * 1024)} MiB")
-        try:
-            event = loads(data)
-        except (ValueError, RecursionError):
-            what = "empty" if not data.strip() else "not JSON"
-            return self._cannot_judge(harness, None, f"the hook payload on stdin is {what}")
+        unjudgeable = False
+        why = f"over {MAX_STDIN // (1024 * 1024)} MiB" if isinstance(data, Oversized) else ""
+        if not why:
+            try:
+                event = loads(data)
+            except RecursionError:
+                why = "nested too deep to read"
+            except ValueError:
+                what = "empty" if not data.strip() else "not JSON"
+                return self._cannot_judge(harness, None, f"the hook payload on stdin is {what}")
+        if why:
+            head = head_event(data)
+            if head is None:
+                return self._cannot_judge(harness, None, f"the hook payload is {why}")
+            _log(f"the hook payload is {why}: its call is sent with its args unjudgeable (counted)")
+            event, unjudgeable = head, True
         if not isinstance(event, dict):
             return self._cannot_judge(harness, None, "the hook payload on stdin is not a JSON object")
         harness = harness or detect(event)
@@ -613,6 +622,9 @@ class Hook:
                 return "", 0
             return self._cannot_judge(harness, name, what)
         path = self.socket or socket_path()
+        if action == "result" and unjudgeable:
+            _log("a result the hook could not read is not reported")
+            return "", 0
         if action == "result":
             return self._result(harness, str(name), request, path)
         if action == "end":
@@ -622,8 +634,8 @@ class Hook:
                 _log(f"{exc}; agent {request.agent!r} not forgotten")
             return "", 0
         try:
-            reply = ask(path, _frame("check", request, harness), self.timeout)
-            if "error" in reply:
+            reply = ask(path, _frame("check", request, harness, unjudgeable=unjudgeable), self.timeout)
+            if "error" in reply and not unjudgeable:
                 # The guard could not take the frame (args it cannot read): ask again with the args as
                 # unjudgeable, so the call is counted (the cap applies) rather than let through uncounted.
                 reply = ask(path, _frame("check", request, harness, unjudgeable=True), self.timeout)
@@ -694,13 +706,47 @@ def _dump(value: dict[str, Any]) -> str:
     return json.dumps(value) + "\n"
 
 
-def read_stdin(stream: Any, limit: int = MAX_STDIN) -> bytes | None:
-    """All of stdin, or None (after draining it, so the harness never gets EPIPE) if over `limit`."""
+class Oversized(bytes):
+    """Stdin past MAX_STDIN: its first HEAD bytes only (the rest was drained unread)."""
+
+
+def read_stdin(stream: Any, limit: int = MAX_STDIN) -> bytes:
+    """All of stdin, or (after draining it, so the harness never gets EPIPE) its head as `Oversized` if
+    over `limit`."""
     data = stream.read(limit + 1)
     if len(data) <= limit:
         return bytes(data)
+    data = Oversized(data[:HEAD])
     while stream.read(1 << 20):
         pass
+    return data
+
+
+# A payload the hook cannot read whole — past MAX_STDIN, or nested deeper than Python's json goes — is
+# still a tool call to count. Every harness writes the ids (session, event, tool) before the tool's
+# input; the members before the first nested value are read alone, and the call is sent as
+# unjudgeable: counted, the cap applies.
+HEAD = 1 << 20  # bytes of such a payload looked at
+_TOKEN = None  # the scanner's pattern, compiled on the rare path that needs it
+
+
+def head_event(data: bytes) -> dict[str, Any] | None:
+    """The payload's top-level members that come before its first nested value, or None."""
+    import re  # json imports it already: free
+
+    global _TOKEN
+    if _TOKEN is None:
+        _TOKEN = re.compile(rb'"(?:[^"\\]|\\.)*"|[\[{]')
+    head = data[:HEAD].lstrip()
+    if not head.startswith(b"{"):
+        return None
+    for found in _TOKEN.finditer(head, 1):
+        if found.group() in (b"[", b"{"):  # the first nested value: a member `"key":` stands before it
+            try:
+                event = json.loads(head[: found.start()] + b"null}")
+            except ValueError:
+                return None
+            return event if isinstance(event, dict) else None
     return None
 
 

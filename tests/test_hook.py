@@ -703,6 +703,32 @@ def test_a_tool_payload_over_the_frame_limit_is_sent_as_unjudgeable_allowed_and_
     assert agent_views(guard.socket)["s-big"]["calls"] == 2
 
 
+def raw_claude_pre(session: str, tool_input: bytes) -> bytes:
+    """A Claude Code PreToolUse payload as the harness writes it, ids first, with `tool_input` as given."""
+    head = json.dumps(claude_pre(session))[:-1].split(', "tool_input"')[0]
+    return head.encode() + b', "tool_input": ' + tool_input + b', "tool_use_id": "toolu_1"}'
+
+
+@pytest.mark.parametrize("depth", [2_000, 200_000])
+def test_a_payload_nested_too_deep_to_read_is_counted_and_the_cap_applies(guard_factory, depth):
+    """Nested past Python's json, a payload was "not JSON" and its call let through uncounted."""
+    g = guard_factory(patch_text="- id: circuit-breaker\n  config:\n    maxCallsPerAgent: 2\n")
+    payload = raw_claude_pre("s-deep", b"[" * depth + b"]" * depth)
+    got = [cbhook(payload, socket_path=g.socket, timeout=60) for _ in range(3)]
+    assert [r.stdout for r in got[:2]] == [b"", b""], got[0].stderr
+    assert json.loads(got[2].stdout)["hookSpecificOutput"]["permissionDecision"] == "deny"
+    assert b"nested too deep" in got[0].stderr
+    assert agent_views(g.socket)["s-deep"]["calls"] == 2
+
+
+def test_a_payload_over_64_mib_is_counted_from_its_ids(guard):
+    payload = raw_claude_pre("s-huge", b'{"content": "' + b"y" * (hook.MAX_STDIN + 10) + b'"}')
+    result = cbhook(payload, socket_path=guard.socket, timeout=120)
+    assert (result.returncode, result.stdout) == (0, b""), result.stderr
+    assert b"over 64 MiB" in result.stderr
+    assert agent_views(guard.socket)["s-huge"]["calls"] == 1
+
+
 def test_stdin_over_64_mib_is_drained_and_allowed(tmp_path):
     huge = b'{"hook_event_name": "PreToolUse", "tool_input": "' + b"y" * (hook.MAX_STDIN + 10) + b'"}'
     result = cbhook(huge, socket_path=tmp_path / "none.sock", timeout=120)
