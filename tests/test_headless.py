@@ -4,6 +4,7 @@ and stops cleanly on a signal with or without a state file."""
 from __future__ import annotations
 
 import ast
+import asyncio
 import os
 import signal
 import subprocess
@@ -16,6 +17,8 @@ import pytest
 
 from breaker.client import GuardClient
 from breaker.paths import python_child
+from console.app import CBConsole
+from console.session import DemoGuard, GuardOptions, GuardSession, OwnGuard, ReplayGuard
 from tests.conftest import ROOT, request
 
 CBCONSOLE = Path(sys.executable).with_name("cbconsole")  # the installed entry point, as a user runs it
@@ -115,6 +118,44 @@ def test_a_child_python_of_a_source_tree_run_is_given_the_tree_by_its_absolute_p
     )
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == str(tree / "pkg" / "__init__.py")
+
+
+@pytest.mark.parametrize("mode", ["own", "demo", "replay"])
+async def test_the_consoles_guard_and_feeders_started_in_an_agents_workspace_import_nothing_from_it(
+    tmp_path, workspace, monkeypatch, mode
+):
+    """The console's children: its guard (which re-executes itself with its state file's seed), the demo's agents,
+    the replay feeder. The console runs in the workspace, with an empty PYTHONPATH entry (the current directory)."""
+    place, marks = workspace
+    monkeypatch.chdir(place)
+    monkeypatch.setenv("CB_TRAP_MARK", str(marks))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep + os.environ.get("PYTHONPATH", ""))
+    monkeypatch.setenv("DSH_HOME", str(tmp_path / "dsh"))
+    run = tmp_path / "run"
+    run.mkdir(mode=0o700)
+    sock = run / "guard.sock"
+    options = GuardOptions(log_path=tmp_path / "g.log")
+    session: GuardSession
+    if mode == "own":
+        session = OwnGuard(sock, options=options)
+    elif mode == "demo":
+        session = DemoGuard(log_path=tmp_path / "g.log")
+    else:
+        transcripts = ROOT / "tests" / "fixtures" / "transcripts" / "dsh-zstd" / "sessions"
+        session = ReplayGuard(sock, [str(transcripts)], speed=0, options=options)
+    app = CBConsole(session)
+    async with app.run_test(size=(120, 40)) as pilot:
+        deadline = time.monotonic() + 60
+        wanted = 1 if mode == "own" else 2  # the demo's agents and the replay's reach the guard through its socket
+        while len(app.state.agents) < wanted or app.state.guard_status != "running":
+            assert time.monotonic() < deadline, f"{mode}: {app.state.guard_status}, {len(app.state.agents)} agents"
+            if mode == "own" and app.state.guard_status == "running" and not app.state.agents:
+                await asyncio.to_thread(lambda: GuardClient(sock, timeout=10).check("w-1", "read", {"p": 1}))
+            await pilot.pause(0.1)
+        guard = app.session.supervisor
+        assert guard is not None and guard.pid is not None
+        assert b"-P" in Path(f"/proc/{guard.pid}/cmdline").read_bytes().split(b"\0")
+        await pilot.press("q")
 
 
 # -- every `python -m` child of ours goes through python_child --------------------------------------------
