@@ -39,6 +39,13 @@ def alive(pid: int) -> bool:
     return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
+def stop_left(guard: int) -> None:
+    """Stop a guard a test left serving (SIGTERM), once it is gone."""
+    if alive(guard):
+        os.kill(guard, signal.SIGTERM)
+        wait_until(lambda: not alive(guard), "the guard to stop")
+
+
 def cmdline(pid: int) -> str:
     try:
         return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
@@ -204,9 +211,7 @@ def test_a_signal_leaves_a_guard_that_harnesses_use_serving_and_says_so_in_its_l
     finally:
         dsh.close()
         claude.close()
-        if alive(guard):
-            os.kill(guard, signal.SIGTERM)
-            wait_until(lambda: not alive(guard), "the guard to stop")
+        stop_left(guard)
 
 
 def test_leave_running_keeps_the_guard_on_a_signal_as_on_quit(term):
@@ -221,9 +226,7 @@ def test_leave_running_keeps_the_guard_on_a_signal_as_on_quit(term):
         line = f"cbconsole exited on SIGTERM; the guard keeps serving (--leave-running); stop it with kill {guard}"
         assert line in term.log_text()
     finally:
-        if alive(guard):
-            os.kill(guard, signal.SIGTERM)
-            wait_until(lambda: not alive(guard), "the guard to stop")
+        stop_left(guard)
 
 
 @pytest.mark.parametrize("sig", ENDING, ids=lambda s: s.name)
@@ -293,9 +296,7 @@ def test_a_kill_9_of_the_console_leaves_a_guard_that_harnesses_use_serving_and_s
         assert [d.fallback for d in looped] == [False] * 7 and looped[-1].kind == "duplicate"
     finally:
         dsh.close()
-        if alive(guard):
-            os.kill(guard, signal.SIGTERM)
-            wait_until(lambda: not alive(guard), "the guard to stop")
+        stop_left(guard)
 
 
 def test_a_kill_9_with_leave_running_leaves_the_guard_serving(term):
@@ -308,6 +309,4 @@ def test_a_kill_9_with_leave_running_leaves_the_guard_serving(term):
         wait_until(lambda: not alive(console), "the console to exit")
         assert request(term.socket, {"op": "ping", "id": 1})["pong"] and alive(guard)
     finally:
-        if alive(guard):
-            os.kill(guard, signal.SIGTERM)
-            wait_until(lambda: not alive(guard), "the guard to stop")
+        stop_left(guard)

@@ -10,7 +10,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -20,6 +20,7 @@ from breaker.paths import python_child
 from console.app import CBConsole
 from console.session import DemoGuard, GuardOptions, GuardSession, OwnGuard, ReplayGuard
 from tests.conftest import ROOT, request
+from tests.test_console_signals import wait_until
 
 CBCONSOLE = Path(sys.executable).with_name("cbconsole")  # the installed entry point, as a user runs it
 
@@ -30,14 +31,6 @@ pathlib.Path(os.environ["CB_TRAP_MARK"], __name__).touch()
 raise ImportError("a module from the working directory was imported: " + __name__)
 """
 TRAPPED = ("orjson", "yaml", "uvloop", "watchfiles", "zstandard")
-
-
-def wait_until(predicate: Callable[[], object], what: str, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for: {what}")
-        time.sleep(0.05)
 
 
 @pytest.fixture
