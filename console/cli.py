@@ -146,8 +146,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(raw)
     if problem := missing_layer(args.patch, args.profile):
         p.error(problem)  # a typo would start the guard on other limits: refused before the screen starts
-    # Absolute paths: the guard and the feeders this console starts are handed them as they are.
-    socket_path = _absolute(args.socket) if args.socket else default_socket_path()
+    socket_path = Path(args.socket).expanduser() if args.socket else default_socket_path()
     if args.demo and (args.attach or args.replay):
         print(
             "cbconsole: --demo runs its own private guard; it cannot be combined with --attach or --replay",
@@ -171,7 +170,9 @@ def main(argv: list[str] | None = None) -> int:
     )
 
     operator = args.operator_socket or os.environ.get(OPERATOR_SOCKET_ENV)
-    operator_socket = _absolute(operator) if operator else None
+    operator_socket = Path(operator).expanduser() if operator else None
+    # Files by their absolute paths (the guard and the feeders run in this directory too, but say where). Not the
+    # sockets: a socket's path is limited to 107 bytes, which an absolute path may pass where a relative does not.
     options = GuardOptions(
         state=args.state if args.state in (None, "none") else str(_absolute(args.state)),
         patches=tuple(str(_absolute(p)) for p in args.patch),
