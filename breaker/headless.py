@@ -2,7 +2,15 @@
 
 A guard keeps its state in a file (breaker/store.py) and must compute the same window digests after
 a restart, so it runs with the hash seed its state file was made with: if this process was started
-with another one, it re-executes itself once with `PYTHONHASHSEED` set (same pid, same arguments).
+with another one, it re-executes itself once with `PYTHONHASHSEED` set (same pid, same arguments), as
+`python -P`: never with the current directory on `sys.path` (breaker.paths.python_child).
+
+A guard the console starts is told its parent with `--parent-fd`: the read end of a pipe whose write
+end the console holds. The kernel closes it when the console ends, however it ends (`kill -9` too):
+the guard then applies the console's own rule for a signal (`--if-orphaned`: the console's own guard
+keeps serving harnesses connected then; a demo's or a replay's stops), and a demo's guard takes its
+directory with it (`--temporary-dir`). Before it exits leaving its guard running, the console writes
+`L` on the pipe: the guard stops watching.
 """
 
 from __future__ import annotations
@@ -17,6 +25,10 @@ from pathlib import Path
 __all__ = ["main", "parser"]
 
 SEED_ENV = "PYTHONHASHSEED"
+LEAVE = b"L"  # what a parent writes on its pipe before it exits leaving the guard running (--leave-running)
+ORPHAN_POLICIES = ("stop", "keep-if-used")
+
+log = logging.getLogger("cbconsole.guard")
 
 
 def parser(prog: str = "cbconsole --headless") -> argparse.ArgumentParser:
@@ -29,8 +41,18 @@ def parser(prog: str = "cbconsole --headless") -> argparse.ArgumentParser:
         metavar="PATH",
         help=f"the operator's socket (default: ${OPERATOR_SOCKET_ENV}, else beside the harness socket's directory)",
     )
-    p.add_argument("--patch", metavar="FILE", action="append", default=[], help="an extra cordis patch layer")
-    p.add_argument("--profile", metavar="NAME", help="the dsh profile whose patch layer to read")
+    p.add_argument(
+        "--patch",
+        metavar="FILE",
+        action="append",
+        default=[],
+        help="an extra cordis patch layer; it must exist (an empty file is an empty layer the console's edits go to)",
+    )
+    p.add_argument(
+        "--profile",
+        metavar="NAME",
+        help="the dsh profile whose patch layer to read ($DSH_HOME/profiles/NAME must exist)",
+    )
     p.add_argument(
         "--state",
         metavar="PATH",
@@ -50,6 +72,26 @@ def parser(prog: str = "cbconsole --headless") -> argparse.ArgumentParser:
         help="export each deny and warning as an OpenTelemetry event over OTLP, as the OTEL_* variables say "
         "(needs pip install 'cbconsole[otel]'); on whatever the otelEvents setting says",
     )
+    p.add_argument(
+        "--parent-fd",
+        metavar="FD",
+        type=_descriptor,
+        help="the read end of a pipe whose other end the process that starts this guard holds (the console does): "
+        "when it closes, that process has ended (even by kill -9), and the guard stops (see --if-orphaned)",
+    )
+    p.add_argument(
+        "--if-orphaned",
+        choices=ORPHAN_POLICIES,
+        default="stop",
+        help="with --parent-fd, once the parent has ended: stop (the default), or keep-if-used: keep serving the "
+        "harnesses connected then (the console's own rule for a signal)",
+    )
+    p.add_argument(
+        "--temporary-dir",
+        metavar="DIR",
+        help="with --parent-fd: a directory that holds everything of this guard (the console's demo), removed "
+        "once the guard has stopped because its parent ended",
+    )
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     return p
 
@@ -60,6 +102,17 @@ def _address(text: str) -> str:
     if metrics_address(text) is None:
         raise argparse.ArgumentTypeError(f"expected HOST:PORT, [IPv6]:PORT or PORT, found {text!r}")
     return text
+
+
+def _descriptor(text: str) -> int:
+    if not text.isdigit():
+        raise argparse.ArgumentTypeError(f"expected a file descriptor number, found {text!r}")
+    fd = int(text)
+    try:
+        os.fstat(fd)
+    except OSError:
+        raise argparse.ArgumentTypeError(f"{fd} is not an open file descriptor of this process") from None
+    return fd
 
 
 def _seed_for(state: Path | None) -> int | None:
@@ -79,8 +132,20 @@ def _current_seed() -> int | None:
 
 def main(argv: list[str] | None = None, prog: str = "cbconsole --headless") -> int:
     args_list = sys.argv[1:] if argv is None else list(argv)
-    args = parser(prog).parse_args(args_list)
-    from breaker.paths import OPERATOR_SOCKET_ENV, default_operator_socket_path, default_socket_path
+    p = parser(prog)
+    args = p.parse_args(args_list)
+    if args.parent_fd is None and (args.temporary_dir is not None or args.if_orphaned != "stop"):
+        p.error("--temporary-dir and --if-orphaned go with --parent-fd: the pipe that says the parent has ended")
+    from breaker.paths import (
+        OPERATOR_SOCKET_ENV,
+        default_operator_socket_path,
+        default_socket_path,
+        missing_layer,
+        python_child,
+    )
+
+    if problem := missing_layer(args.patch, args.profile):
+        p.error(problem)  # before anything starts: the exit status and the message say it
     from breaker.store import default_state_path
 
     socket_path = Path(args.socket).expanduser() if args.socket else default_socket_path()
@@ -92,29 +157,97 @@ def main(argv: list[str] | None = None, prog: str = "cbconsole --headless") -> i
         state = Path(args.state).expanduser() if args.state else default_state_path(socket_path)
     seed = _seed_for(state)
     if seed is not None and os.environ.get(SEED_ENV) != str(seed):
-        env = {**os.environ, SEED_ENV: str(seed)}
+        command, env = python_child("breaker.headless", {**os.environ, SEED_ENV: str(seed)})
         sys.stderr.flush()
-        os.execve(sys.executable, [sys.executable, "-m", "breaker.headless", *args_list], env)
+        os.execve(command[0], [*command, *args_list], env)  # --parent-fd's pipe is inheritable: it survives this
 
     logging.basicConfig(
         level=args.log_level.upper(),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
+    if args.parent_fd is not None:
+        os.set_inheritable(args.parent_fd, False)  # the guard's own children (interrupt commands) never get it
+    return _serve(args, socket_path, operator_path, state, seed)
+
+
+def _serve(
+    args: argparse.Namespace, socket_path: Path, operator_path: Path, state: Path | None, seed: int | None
+) -> int:
+    """Run the guard until a signal (or its parent's end) stops it."""
+    import asyncio
+    import shutil
+
     from breaker.patch import PatchSources
     from breaker.server import GuardServer, serve
 
-    sources = PatchSources.from_env(profile=args.profile, patches=args.patch)
-    server = GuardServer(
+    class HeadlessGuard(GuardServer):
+        """A GuardServer that stops once, whoever asks waiting for that stop to end (a signal's stop, then
+        `serve`'s own: a second stop that returned at once let the loop end and cancel the first before it
+        took the sockets away), and that watches its parent's pipe (`--parent-fd`)."""
+
+        parent_fd: int | None = args.parent_fd
+        keep_if_used = args.if_orphaned == "keep-if-used"
+        orphaned = False  # stopped because the parent has ended
+        _stopping: asyncio.Future[None] | None = None
+
+        async def start(self) -> None:
+            await super().start()
+            if self.parent_fd is not None:
+                asyncio.get_running_loop().add_reader(self.parent_fd, self._parent_readable)
+
+        async def stop(self) -> None:
+            await asyncio.shield(self._stop_once())
+
+        def _stop_once(self) -> asyncio.Future[None]:
+            if self._stopping is None:
+                self._stopping = asyncio.ensure_future(super().stop())
+            return self._stopping
+
+        def _parent_readable(self) -> None:
+            fd = self.parent_fd
+            assert fd is not None
+            try:
+                said = os.read(fd, 64)
+            except OSError:
+                said = b""
+            if said and LEAVE not in said:
+                return  # nothing else is ever written: not a word of ours
+            asyncio.get_running_loop().remove_reader(fd)
+            os.close(fd)
+            self.parent_fd = None
+            if said:
+                log.info("the console that started this guard has ended, leaving it running (pid %d)", os.getpid())
+                return
+            harnesses = self.session.current_stats().harnesses
+            if harnesses and self.keep_if_used:
+                names = ", ".join(f"{name!r} {count}" for name, count in sorted(harnesses.items()))
+                log.warning(
+                    "the console that started this guard has ended; the guard keeps serving %d harness "
+                    "connection(s) (%s); stop it with kill %d",
+                    sum(harnesses.values()),
+                    names,
+                    os.getpid(),
+                )
+                return
+            log.warning("the console that started this guard has ended: stopping")
+            self.orphaned = True
+            self._stop_once()
+
+    server = HeadlessGuard(
         socket_path,
-        sources,
+        PatchSources.from_env(profile=args.profile, patches=args.patch),
         operator_socket=operator_path,
         state_path=state,
         hash_seed=seed,
         metrics=args.metrics,
         otel=args.otel,
     )
-    return serve(server)
+    code = serve(server)
+    if server.orphaned and args.temporary_dir is not None:
+        shutil.rmtree(args.temporary_dir, ignore_errors=True)
+        log.info("removed %s, the temporary directory of a guard whose parent has ended", args.temporary_dir)
+    return code
 
 
 if __name__ == "__main__":

@@ -1,4 +1,5 @@
-"""Where the guard's sockets live, and whether a socket found there may be trusted.
+"""Where the guard's sockets live, and whether a socket found there may be trusted; files read and written
+safely; how a child Python of ours is started so that it loads no code from the directory it runs in.
 
 cbhook imports this once per tool call, so the module top imports only what Python's start-up has
 already loaded (`os`, `stat`, `sys`); `pathlib` and
@@ -13,7 +14,7 @@ import sys
 
 TYPE_CHECKING = False  # not typing's: importing typing costs cbhook ~2 ms per tool call
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping
+    from collections.abc import Callable, Mapping, Sequence
     from pathlib import Path
     from typing import Any
 
@@ -28,9 +29,12 @@ __all__ = [
     "check_socket",
     "default_operator_socket_path",
     "default_socket_path",
+    "dsh_home",
     "ensure_private_dir",
+    "missing_layer",
     "peer_ids",
     "peer_option",
+    "python_child",
     "read_regular",
     "sun_path_max",
     "write_atomic",
@@ -351,3 +355,75 @@ def write_atomic(
             os.close(dir_fd)
     except OSError:
         pass  # the rename is done; a directory fsync is best effort on some filesystems
+
+
+def python_child(module: str, environ: Mapping[str, str] | None = None) -> tuple[list[str], dict[str, str]]:
+    """`python -m module` as a child of this process: the command's start (add the module's arguments) and the
+    environment to run it with (`environ`, else this process's).
+
+    The child never imports code from the directory it runs in, which may be an agent's workspace holding an
+    `orjson.py` the agent wrote: `-P` keeps the current directory off `sys.path`, and PYTHONPATH loses its
+    empty entries (each means the current directory) and its relative ones. If this process found `module`'s
+    package only that way (`python -m console.cli` in a source tree), the child is given the package's
+    directory by its absolute path instead, so it runs the same code as its parent."""
+    env = dict(os.environ if environ is None else environ)
+    entries = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p and os.path.isabs(p)]
+    home = _found_only_nearby(module.partition(".")[0])
+    if home is not None and home not in entries:
+        entries.insert(0, home)
+    if entries:
+        env["PYTHONPATH"] = os.pathsep.join(entries)
+    else:
+        env.pop("PYTHONPATH", None)
+    return [sys.executable, "-P", "-m", module], env
+
+
+def _found_only_nearby(package: str) -> str | None:
+    """The directory `package` was imported from, if this process found it through an entry of `sys.path` that a
+    `-P` child with a cleaned PYTHONPATH does not have: the script's or current directory (`sys.path[0]`, unless
+    this process runs with -P itself), or an empty or relative entry. None if it came from elsewhere (a site
+    directory, an absolute PYTHONPATH entry, an editable install's finder): the child finds it there too."""
+    loaded = sys.modules.get(package)
+    origin = getattr(loaded, "__file__", None)
+    if origin is None:
+        return None
+    home = os.path.dirname(os.path.dirname(os.path.realpath(origin)))
+    for index, entry in enumerate(sys.path):
+        if os.path.realpath(entry or os.curdir) == home:
+            nearby = (index == 0 and not sys.flags.safe_path) or not os.path.isabs(entry)
+            return home if nearby else None
+    return None
+
+
+def dsh_home(environ: Mapping[str, str] | None = None) -> Path:
+    """`$DSH_HOME`, else `~/.dsh`: where dsh keeps its patch layer and its profiles."""
+    from pathlib import Path
+
+    env = os.environ if environ is None else environ
+    return Path(env.get("DSH_HOME") or "~/.dsh").expanduser()
+
+
+def missing_layer(patches: Sequence[str], profile: str | None, environ: Mapping[str, str] | None = None) -> str | None:
+    """Why a patch layer named on the command line is not there, or None. A typo in `--patch` or `--profile`
+    would otherwise run the guard on other limits than the user meant, saying nothing."""
+    import shlex
+    from pathlib import Path
+
+    for patch in patches:
+        path = Path(patch).expanduser().absolute()
+        if not path.exists():
+            return (
+                f"--patch {patch}: there is no file {path}. To start with an empty layer that the console's edits "
+                f"are saved to, create it first (touch {shlex.quote(str(path))})"
+            )
+        if path.is_dir():
+            return f"--patch {patch}: {path} is a directory, not a patch layer file"
+    if profile is not None:
+        home = dsh_home(environ)
+        where = home / "profiles" / profile
+        if not where.is_dir():
+            profiles = home / "profiles"
+            known = sorted(p.name for p in profiles.iterdir() if p.is_dir()) if profiles.is_dir() else []
+            have = f"; the profiles there: {', '.join(known)}" if known else f"; {profiles} has no profile"
+            return f"--profile {profile}: there is no profile directory {where} ($DSH_HOME/profiles/NAME){have}"
+    return None

@@ -9,6 +9,7 @@ from typing import Any, TypeVar
 from rich.text import Text
 from textual.screen import Screen
 
+from console.inert import inert
 from console.link import GuardLink, LinkError
 from console.screens.confirm import Choice, ConfirmScreen
 from console.screens.override import OverrideScreen
@@ -51,7 +52,7 @@ class Actions:
         try:
             return await op(link)
         except LinkError as exc:
-            where = f" on {self.state.guards[guard].label}" if self.state.fleet else ""
+            where = f" on {inert(self.state.guards[guard].label)}" if self.state.fleet else ""
             self.notify(str(exc), title=f"{what}{where} failed", severity="error")
             return None
 
@@ -135,7 +136,10 @@ class Actions:
             body.append_text(plain(view.label, style="bold"))
             body.append(" only.")
         target = view.config.target
-        body.append(f"\n\nWritten to {target}." if target else "")
+        if target:
+            body.append("\n\nWritten to ")
+            body.append_text(plain(target))
+            body.append(".")
 
         async def chosen(choice: str | None) -> None:
             if choice != "yes":
@@ -145,7 +149,7 @@ class Actions:
                 return
             if saved.config is not None:
                 self.state.set_config(saved.config, guard)
-            self.notify(("Un-exempted " if removing else "Exempted ") + tool)
+            self.notify(("Un-exempted " if removing else "Exempted ") + inert(tool))
 
         self.screen.app.push_screen(
             ConfirmScreen(
@@ -166,7 +170,7 @@ class Actions:
             self.notify("Select an agent first.", severity="warning")
             return
         values = self.state.guards[shown.guard].values
-        agent_id, guard, name = shown.id, shown.guard, self.state.name_of(agent)
+        agent_id, guard, name = shown.id, shown.guard, inert(self.state.name_of(agent))
 
         async def chosen(limits: dict[str, int | None] | None) -> None:
             if not limits:

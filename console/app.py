@@ -12,12 +12,18 @@ import termios
 import time
 from collections.abc import Callable, Iterable
 
+from rich.cells import cell_len
+from rich.segment import Segment
 from rich.text import Text
 from textual.app import App, SystemCommand
 from textual.binding import Binding
+from textual.color import Color
+from textual.filter import LineFilter
+from textual.notifications import SeverityLevel
 from textual.screen import Screen
 from textual.widgets import DataTable
 
+from console.inert import inert, inert_lines, unsafe
 from console.keymap import keymap_path, load_keymap
 from console.screens.agent import AgentScreen
 from console.screens.config import ConfigScreen
@@ -31,7 +37,7 @@ from console.themes import THEME_VARIABLES, load_themes
 from console.widgets.agents import AgentsTable
 from console.widgets.calls import CallTail
 
-__all__ = ["CBConsole", "keymap_scopes"]
+__all__ = ["CBConsole", "InertLines", "keymap_scopes"]
 
 # The terminal closed (SIGHUP: tmux kill-session, a dropped SSH session) or the console was told to end:
 # the quit policy applies without asking, as there may be no one left to ask.
@@ -51,6 +57,24 @@ def keymap_scopes() -> dict[str, list[Binding]]:
         "help": list(HelpScreen.BINDINGS),  # type: ignore[arg-type]
     }
     return {name: [b for b in (*bindings, *app) if isinstance(b, Binding)] for name, bindings in screens.items()}
+
+
+class InertLines(LineFilter):
+    """The last guard between agents' strings and the terminal: every line drawn leaves without a control or
+    invisible format character (console.inert). What the console draws from the wire is escaped where it is drawn
+    (`plain`), so this finds nothing; a place that forgot is drawn without the character rather than obeying it
+    (a blank of its width: the line's width is unchanged). One `isprintable()` per segment of a line drawn anew."""
+
+    def apply(self, segments: list[Segment], background: Color) -> list[Segment]:
+        if all(segment.text.isprintable() for segment in segments):
+            return segments
+        return [Segment(_blanked(s.text), s.style, s.control) for s in segments]
+
+
+def _blanked(text: str) -> str:
+    if text.isprintable():
+        return text
+    return "".join(" " * cell_len(c) if unsafe(c) else c for c in text)
 
 
 class CBConsole(App[int]):
@@ -79,6 +103,23 @@ class CBConsole(App[int]):
         self.theme_errors: list[str] = []
         self.keymap_errors: list[str] = []
         self._ending: asyncio.Task[None] | None = None
+        self._inert_lines = InertLines()
+
+    def get_line_filters(self) -> list[LineFilter]:
+        return [*super().get_line_filters(), self._inert_lines]
+
+    def notify(
+        self,
+        message: str,
+        *,
+        title: str = "",
+        severity: SeverityLevel = "information",
+        timeout: float | None = None,
+        markup: bool = False,
+    ) -> None:
+        """Every notice, from any screen or widget: plain text (never markup), control and invisible format
+        characters escaped (messages quote agent ids, tool names, the guard's words); its line breaks kept."""
+        super().notify(inert_lines(message), title=inert(title), severity=severity, timeout=timeout, markup=False)
 
     def get_default_screen(self) -> MainScreen:
         return self.main
@@ -121,7 +162,7 @@ class CBConsole(App[int]):
         self, message: str, *, title: str = "", severity: str = "information", timeout: float | None = None
     ) -> None:
         """A notice for the operator, always plain text (messages may quote agent ids or file names)."""
-        self.notify(message, title=title, severity=severity, timeout=timeout, markup=False)  # type: ignore[arg-type]
+        self.notify(message, title=title, severity=severity, timeout=timeout)  # type: ignore[arg-type]
 
     def set_theme_by_name(self, name: str) -> bool:
         for candidate in (name, f"cbconsole-{name}"):
@@ -156,7 +197,7 @@ class CBConsole(App[int]):
         if on_quit is not OnQuit.ASK:
             await self.shutdown(leave_running=on_quit is OnQuit.LEAVE)
             return
-        names = ", ".join(f"{n} ({c})" for n, c in sorted(harnesses.items()))
+        names = ", ".join(f"{inert(n)} ({c})" for n, c in sorted(harnesses.items()))
         body = Text(
             f"Harnesses are connected to this guard: {names}.\n"
             "Stopping it makes them fail open (their tool calls are no longer checked)."

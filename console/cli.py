@@ -9,7 +9,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from breaker import __version__
-from breaker.paths import OPERATOR_SOCKET_ENV, SOCKET_ENV, default_operator_socket_path, default_socket_path
+from breaker.paths import (
+    OPERATOR_SOCKET_ENV,
+    SOCKET_ENV,
+    default_operator_socket_path,
+    default_socket_path,
+    missing_layer,
+)
 
 if TYPE_CHECKING:
     from console.session import Member
@@ -43,10 +49,12 @@ def parser() -> argparse.ArgumentParser:
         metavar="FILE",
         action="append",
         default=[],
-        help="an extra cordis patch layer (repeatable; later wins)",
+        help="an extra cordis patch layer (repeatable; later wins); it must exist: an empty file is an empty layer",
     )
     p.add_argument(
-        "--profile", metavar="NAME", help="the dsh profile whose patch layer to read ($DSH_HOME/profiles/NAME)"
+        "--profile",
+        metavar="NAME",
+        help="the dsh profile whose patch layer to read ($DSH_HOME/profiles/NAME, existing)",
     )
     p.add_argument(
         "--attach",
@@ -71,6 +79,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     p.add_argument("--version", action="version", version=f"cbconsole {__version__}")
     return p
+
+
+def _absolute(path: str) -> Path:
+    return Path(path).expanduser().absolute()
 
 
 def _headless_args(argv: list[str]) -> list[str]:
@@ -132,6 +144,8 @@ def main(argv: list[str] | None = None) -> int:
         return headless(_headless_args(raw))
     p = parser()
     args = p.parse_args(raw)
+    if problem := missing_layer(args.patch, args.profile):
+        p.error(problem)  # a typo would start the guard on other limits: refused before the screen starts
     socket_path = Path(args.socket).expanduser() if args.socket else default_socket_path()
     if args.demo and (args.attach or args.replay):
         print(
@@ -157,18 +171,19 @@ def main(argv: list[str] | None = None) -> int:
 
     operator = args.operator_socket or os.environ.get(OPERATOR_SOCKET_ENV)
     operator_socket = Path(operator).expanduser() if operator else None
+    # Files by their absolute paths (the guard and the feeders run in this directory too, but say where). Not the
+    # sockets: a socket's path is limited to 107 bytes, which an absolute path may pass where a relative does not.
     options = GuardOptions(
-        state=args.state,
-        patches=tuple(str(Path(p).expanduser().absolute()) for p in args.patch),
+        state=args.state if args.state in (None, "none") else str(_absolute(args.state)),
+        patches=tuple(str(_absolute(p)) for p in args.patch),
         profile=args.profile,
     )
     session: GuardSession
     if args.demo:
         session = DemoGuard()
     elif args.replay:
-        session = ReplayGuard(
-            socket_path, args.replay, speed=args.speed, operator_socket=operator_socket, options=options
-        )
+        replays = [str(_absolute(path)) for path in args.replay]
+        session = ReplayGuard(socket_path, replays, speed=args.speed, operator_socket=operator_socket, options=options)
     elif args.attach:
         members = _members(args.attach, socket_path, operator_socket)
         if isinstance(members, str):

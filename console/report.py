@@ -17,6 +17,7 @@ import orjson
 
 from breaker import __version__
 from breaker.paths import write_atomic
+from console.inert import inert_json
 from console.state import ConsoleState, GuardView
 
 __all__ = ["SavedReport", "report_json", "reports_dir", "save_report"]
@@ -106,6 +107,7 @@ def save_report(directory: Path, report: dict[str, Any], svg: str, saved_at: dat
         n += 1
         stem = PREFIX + saved_at.strftime("%Y%m%d-%H%M%S") + f"-{n}"
     json_path, svg_path = directory / f"{stem}.json", directory / f"{stem}.svg"
-    write_atomic(json_path, orjson.dumps(report, option=orjson.OPT_INDENT_2) + b"\n")
+    # The data as it is, with every control and invisible format character a \\u escape: inert in a terminal.
+    write_atomic(json_path, inert_json(orjson.dumps(report, option=orjson.OPT_INDENT_2)) + b"\n")
     write_atomic(svg_path, svg.encode("utf-8"))
     return SavedReport(json_path, svg_path)

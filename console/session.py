@@ -15,14 +15,13 @@ import enum
 import os
 import shutil
 import signal
-import sys
 import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from breaker.paths import default_operator_socket_path
+from breaker.paths import default_operator_socket_path, python_child
 from breaker.protocol import StateFrame
 from console.link import GuardLink, LinkError
 from console.state import ConsoleState
@@ -43,8 +42,6 @@ __all__ = [
     "ending_note",
     "operator_socket_for",
 ]
-
-ROOT = Path(__file__).resolve().parents[1]  # children run from here: `-m breaker…` works without an install
 
 DEMO_PATCH = """\
 # The demo's own patch layer (a temporary file): edit it from the console, or by hand.
@@ -80,6 +77,7 @@ class GuardOptions:
     patches: tuple[str, ...] = ()
     profile: str | None = None
     log_path: Path = field(default_factory=default_log_path)  # the child's stderr, and the console's notes
+    temporary_dir: Path | None = None  # everything of a guard that ends with the console (the demo's)
 
 
 class GuardSession:
@@ -88,6 +86,8 @@ class GuardSession:
 
     socket_path: Path  # the harness socket
     operator_socket: Path  # the operator's socket: the only one the console talks to
+    leave_running = False  # a guard this console starts outlives it (--leave-running): it does not watch the console
+    keeps_used_guard = False  # ending without asking leaves a guard it started serving the harnesses that use it
     _state: ConsoleState
     _tell: Tell
 
@@ -158,6 +158,9 @@ class GuardSession:
             log_path=options.log_path,
             on_status=self._supervisor_status,
             env=dict(env) if env is not None else None,
+            leave_running=self.leave_running,
+            keep_if_used=self.keeps_used_guard,
+            temporary_dir=options.temporary_dir,
         )
         await self.supervisor.start()
 
@@ -296,7 +299,10 @@ class FleetSession(GuardSession):
 class OwnGuard(GuardSession):
     """`cbconsole`: the guard as the console's child (restarted if it dies), or the one already answering
     on the socket. Quitting stops the guard it started — asking first if harnesses use it — unless
-    `leave_running`; on a signal, harnesses using it keep it running."""
+    `leave_running`; on a signal, harnesses using it keep it running, and so they do if the console dies
+    (the guard itself sees to that: `keeps_used_guard`)."""
+
+    keeps_used_guard = True
 
     def __init__(
         self,
@@ -358,8 +364,8 @@ class ReplayGuard(GuardSession):
         await self._attach_or_start(self.options)
 
     def _feed(self) -> Feeder:
-        command = ["-m", "breaker.replay", *self.paths, "--feed", "--socket", str(self.socket_path)]
-        return Feeder([*command, "--speed", str(self.speed)], name="replay", says_when_done=True)
+        command = [*self.paths, "--feed", "--socket", str(self.socket_path), "--speed", str(self.speed)]
+        return Feeder("breaker.replay", command, name="replay", says_when_done=True)
 
 
 class DemoGuard(GuardSession):
@@ -378,11 +384,16 @@ class DemoGuard(GuardSession):
         self.operator_socket = directory / "o" / "operator.sock"
         patch = directory / "cordis.patch.yml"
         patch.write_text(DEMO_PATCH)
-        options = GuardOptions(str(directory / "state.cbstate"), (str(patch),), None, self.log_path)
+        options = GuardOptions(
+            state=str(directory / "state.cbstate"),
+            patches=(str(patch),),
+            log_path=self.log_path,
+            temporary_dir=directory,
+        )
         await self._start(options, env={**os.environ, "DSH_HOME": str(directory / "dsh")})
 
     def _feed(self) -> Feeder:
-        return Feeder(["-m", "console.demo", "--socket", str(self.socket_path)], name="demo")
+        return Feeder("console.demo", ["--socket", str(self.socket_path)], name="demo")
 
     async def _close(self, leave_running: bool) -> bool:
         await super()._close(leave_running=False)
@@ -395,8 +406,9 @@ class Feeder:
     """A child process that drives the guard through its harness socket (the demo's agents, or
     `cbreplay --feed`): started once the link is up, stopped when the session closes."""
 
-    def __init__(self, args: list[str], *, name: str, says_when_done: bool = False) -> None:
-        self.command = [sys.executable, *args]
+    def __init__(self, module: str, args: list[str], *, name: str, says_when_done: bool = False) -> None:
+        self.command, self.env = python_child(module)  # `python -P`: nothing is imported from the current directory
+        self.command += args
         self.name = name
         self.says_when_done = says_when_done  # tell the operator when it ends by itself, and how
         self.proc: asyncio.subprocess.Process | None = None
@@ -421,7 +433,7 @@ class Feeder:
                     stdin=asyncio.subprocess.DEVNULL,
                     stdout=asyncio.subprocess.DEVNULL,
                     stderr=asyncio.subprocess.PIPE,
-                    cwd=str(ROOT),
+                    env=self.env,
                 )
         except OSError as exc:
             tell(f"Could not start the {self.name}: {exc}", severity="error", timeout=10)

@@ -25,7 +25,7 @@ class GuardProcess:
 
     socket: Path
     home: Path  # its DSH_HOME
-    patch: Path  # a --patch layer file it reads (may not exist yet)
+    patch: Path  # a --patch layer file it reads: made empty at start if missing (a missing --patch is refused)
     log: Path
     args: list[str] = field(default_factory=list)
     proc: subprocess.Popen | None = None
@@ -41,6 +41,7 @@ class GuardProcess:
         return self.home.with_name(self.home.name + "-state")
 
     def start(self, wait: bool = True) -> GuardProcess:
+        self.patch.touch()  # an empty layer: the tests write their settings into it later, and the guard reloads
         env = {
             **os.environ,
             "DSH_HOME": str(self.home),

@@ -69,6 +69,8 @@ def owning_console(tmp_path: Path, monkeypatch, patches: tuple[str, ...] = ()) -
     run.mkdir(mode=0o700)
     monkeypatch.setenv("DSH_HOME", str(tmp_path / "dsh"))
     sock = run / "guard.sock"
+    for patch in patches:
+        Path(patch).touch()  # an empty layer: a --patch that does not exist is refused
     options = GuardOptions(patches=patches, log_path=tmp_path / "g.log")
     return CBConsole(OwnGuard(sock, options=options)), sock
 
@@ -203,7 +205,7 @@ async def test_the_config_form_refuses_bad_values_and_names_the_key(guard):
         form.query_one("#f-window").value = "0"
         await until(pilot, lambda: "expected an integer from 1" in str(problem.content), what="the problem shown")
         await pilot.press("ctrl+s")
-        assert app.screen is form and not guard.patch.exists()  # not saved: the form is still open
+        assert app.screen is form and guard.patch.read_text() == ""  # not saved: the form is still open
         form.query_one("#f-window").value = "80"  # corrected, the same form saves
         await until(pilot, lambda: str(problem.content) == "", what="the problem gone")
         await pilot.press("ctrl+s")
@@ -299,7 +301,7 @@ async def test_a_bad_per_tool_value_is_named_down_to_its_key_and_nothing_is_save
         expected = BY_KEY["repeatLimit"].expected
         await until(pilot, lambda: str(problem.content).startswith(f"tools.bash.repeatLimit: expected {expected}"))
         await pilot.press("ctrl+s")
-        assert app.screen is form and not guard.patch.exists()  # not saved: the form is still open
+        assert app.screen is form and guard.patch.read_text() == ""  # not saved: the form is still open
 
 
 async def test_choosing_a_preset_in_the_form_saves_only_the_preset_and_the_guard_applies_it(guard):

@@ -39,6 +39,13 @@ def alive(pid: int) -> bool:
     return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
+def stop_left(guard: int) -> None:
+    """Stop a guard a test left serving (SIGTERM), once it is gone."""
+    if alive(guard):
+        os.kill(guard, signal.SIGTERM)
+        wait_until(lambda: not alive(guard), "the guard to stop")
+
+
 def cmdline(pid: int) -> str:
     try:
         return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
@@ -204,9 +211,7 @@ def test_a_signal_leaves_a_guard_that_harnesses_use_serving_and_says_so_in_its_l
     finally:
         dsh.close()
         claude.close()
-        if alive(guard):
-            os.kill(guard, signal.SIGTERM)
-            wait_until(lambda: not alive(guard), "the guard to stop")
+        stop_left(guard)
 
 
 def test_leave_running_keeps_the_guard_on_a_signal_as_on_quit(term):
@@ -221,9 +226,7 @@ def test_leave_running_keeps_the_guard_on_a_signal_as_on_quit(term):
         line = f"cbconsole exited on SIGTERM; the guard keeps serving (--leave-running); stop it with kill {guard}"
         assert line in term.log_text()
     finally:
-        if alive(guard):
-            os.kill(guard, signal.SIGTERM)
-            wait_until(lambda: not alive(guard), "the guard to stop")
+        stop_left(guard)
 
 
 @pytest.mark.parametrize("sig", ENDING, ids=lambda s: s.name)
@@ -249,3 +252,61 @@ def test_a_console_ended_while_its_guard_is_starting_leaves_nothing_behind(term,
     assert term.left_running() == {}
     assert term.demo_dirs() == []
     assert not term.socket.exists()
+
+
+# -- the console killed outright (kill -9): nothing it could do, its guard sees to itself ----------------------
+
+
+def test_a_kill_9_of_the_demo_console_stops_its_guard_and_driver_and_removes_the_demo_files(term):
+    console = term.start("--demo")
+    guard = term.child("breaker.headless")
+    driver = term.child("console.demo")
+    term.tmux.wait_for("Agents — most dangerous first (5)", timeout=60)
+    [demo_dir] = term.demo_dirs()
+    os.kill(console, signal.SIGKILL)
+    wait_until(lambda: not alive(guard), "the demo guard to exit")
+    wait_until(lambda: not alive(driver), "the demo driver to exit")
+    wait_until(lambda: not demo_dir.exists(), "the demo's directory removed")
+    assert term.left_running() == {}
+
+
+def test_a_kill_9_of_the_console_stops_the_guard_it_started_when_no_harness_uses_it(term):
+    console = term.start()
+    term.tmux.wait_for("guard running", timeout=60)
+    guard = term.child("breaker.headless")
+    os.kill(console, signal.SIGKILL)
+    wait_until(lambda: not alive(guard), "the guard to exit")
+    assert not term.socket.exists()
+    log = term.log_text()
+    assert "the console that started this guard has ended: stopping" in log and "guard stopped" in log
+
+
+def test_a_kill_9_of_the_console_leaves_a_guard_that_harnesses_use_serving_and_says_so_in_its_log(term):
+    console = term.start()
+    term.tmux.wait_for("guard running", timeout=60)
+    guard = term.child("breaker.headless")
+    dsh = GuardClient(term.socket, harness="dsh", timeout=30)
+    try:
+        assert dsh.check("k9-a", "read", {"p": 1}).fallback is False
+        os.kill(console, signal.SIGKILL)
+        line = "the console that started this guard has ended; the guard keeps serving 1 harness connection(s) "
+        wait_until(lambda: line in term.log_text(), "the guard to say it keeps serving")
+        assert f"('dsh' 1); stop it with kill {guard}" in term.log_text()
+        looped = [dsh.check("k9-a", "web_search", {"q": "same"}) for _ in range(7)]
+        assert [d.fallback for d in looped] == [False] * 7 and looped[-1].kind == "duplicate"
+    finally:
+        dsh.close()
+        stop_left(guard)
+
+
+def test_a_kill_9_with_leave_running_leaves_the_guard_serving(term):
+    console = term.start("--leave-running")
+    term.tmux.wait_for("guard running", timeout=60)
+    guard = term.child("breaker.headless")
+    assert "--parent-fd" not in cmdline(guard)  # it never watches the console
+    try:
+        os.kill(console, signal.SIGKILL)
+        wait_until(lambda: not alive(console), "the console to exit")
+        assert request(term.socket, {"op": "ping", "id": 1})["pong"] and alive(guard)
+    finally:
+        stop_left(guard)

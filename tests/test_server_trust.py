@@ -80,7 +80,7 @@ def test_the_operator_socket_is_private_and_in_a_directory_of_its_own(guard):
 def test_interrupt_command_cannot_be_set_even_on_the_operator_socket(guard):
     reply = request(guard.operator, {"op": "config_set", "id": 1, "changes": {"interruptCommand": ["touch", "/x"]}})
     assert reply["error"]["code"] == "forbidden_key"
-    assert not guard.patch.exists()
+    assert guard.patch.read_text() == ""  # nothing written
     values = request(guard.operator, {"op": "config_get", "id": 2})["config"]["values"]
     assert values["interruptCommand"] == []
 

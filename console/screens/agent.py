@@ -18,6 +18,7 @@ from textual.widgets import DataTable, Footer, Static
 from breaker.protocol import CallsEvent
 from console.actions import Actions
 from console.follow import TAIL, FollowState
+from console.inert import inert
 from console.screens.help import HelpScreen, keys_in_force
 from console.session import GuardSession
 from console.state import ConsoleState
@@ -86,7 +87,7 @@ def family_text(key: str, state: ConsoleState, colors: Mapping[str, str]) -> Tex
         text.append_text(plain(clip(parent, 40)))
         shown = state.agents.get(agent.parent_key or "")
         if shown is not None:
-            text.append(f" ({shown.data.status})", style=kind_color(shown.data.status, colors))
+            text.append_text(plain(f" ({shown.data.status})", style=kind_color(shown.data.status, colors)))
     else:
         text.append("none (a root session)", style=colors["muted"])
     kids = sorted((a for a in state.agents.values() if a.parent_key == key), key=lambda a: a.id)
@@ -94,7 +95,7 @@ def family_text(key: str, state: ConsoleState, colors: Mapping[str, str]) -> Tex
     for i, kid in enumerate(kids[:FAMILY_SHOWN]):
         text.append(", " if i else "")
         text.append_text(plain(clip(kid.id, 24)))
-        text.append(f" ({kid.data.status})", style=kind_color(kid.data.status, colors))
+        text.append_text(plain(f" ({kid.data.status})", style=kind_color(kid.data.status, colors)))
     if len(kids) > FAMILY_SHOWN:
         text.append(f", and {len(kids) - FAMILY_SHOWN} more (t on the list shows them all)", style=colors["muted"])
     if not kids:
@@ -332,8 +333,9 @@ class AgentScreen(Screen[None]):
         self.app.switch_screen(AgentScreen(parent, self.state, self.session, readonly=self.readonly, clock=self.clock))
 
     def action_copy_id(self) -> None:
-        self.app.copy_to_clipboard(self.agent_id)
-        self.notify(f"Copied the agent id: {self.agent_id}", markup=False)
+        shown = inert(self.agent_id)  # what is drawn is what is copied: a pasted id holds no control character
+        self.app.copy_to_clipboard(shown)
+        self.notify(f"Copied the agent id: {shown}", markup=False)
 
     def action_copy_call(self) -> None:
         call = self.tail.current
@@ -344,8 +346,8 @@ class AgentScreen(Screen[None]):
         else:
             self.notify("No call to copy yet.", severity="warning", markup=False)
             return
-        self.app.copy_to_clipboard(preview)
-        self.notify(f"Copied the call: {preview}", markup=False)
+        self.app.copy_to_clipboard(inert(preview))
+        self.notify(f"Copied the call: {inert(preview)}", markup=False)
 
     def action_help(self) -> None:
         self.app.push_screen(HelpScreen(keys_in_force(self, self.BINDINGS)))

@@ -13,6 +13,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, Select, Static, Switch, TextArea
 
 from breaker.config import BY_KEY, PRESETS, SETTINGS, TOOL_KEYS, Config, ConfigError, Kind, Problem, Setting
+from console.inert import inert_lines
 from console.widgets.cells import plain
 
 __all__ = ["ConfigScreen", "help_line", "parse_field", "preset_note", "show_tools"]
@@ -37,11 +38,13 @@ def help_line(setting: Setting) -> str:
 
 
 def _show(value: Any) -> str:
+    """A field's text. A list holding a control or invisible format character (an exempt tool named by an agent)
+    is shown as YAML with `\\x9B`, `\\u202E` escapes: drawn inert, and read back as the same list."""
     if isinstance(value, (list, tuple)):
-        if all(isinstance(v, str) and "," not in v and v == v.strip() and v for v in value):
+        if all(isinstance(v, str) and "," not in v and v == v.strip() and v and v.isprintable() for v in value):
             return ", ".join(value)
         return yaml.safe_dump(list(value), default_flow_style=True, width=10**6).strip()
-    return "" if value is None else str(value)
+    return "" if value is None else str(value)  # the user's own text (the patch file's): shown as it reads back
 
 
 def show_tools(tools: Any) -> str:
@@ -51,7 +54,10 @@ def show_tools(tools: Any) -> str:
         return ""
     if isinstance(tools, tuple):  # normalised: ((tool, ((key, value), ...)), ...)
         tools = {tool: dict(overrides) for tool, overrides in tools}
-    return yaml.safe_dump(tools, default_flow_style=None, sort_keys=False, allow_unicode=True, width=10**6).strip()
+    text = yaml.safe_dump(tools, default_flow_style=None, sort_keys=False, allow_unicode=True, width=10**6).strip()
+    if inert_lines(text) != text:  # YAML keeps a bidi override or a zero-width space as it is: escape them all
+        text = yaml.safe_dump(tools, default_flow_style=None, sort_keys=False, width=10**6).strip()
+    return text
 
 
 def parse_field(kind: Kind, text: str) -> Any:
@@ -207,8 +213,12 @@ class ConfigScreen(ModalScreen[dict[str, Any] | None]):
                 if setting.kind == "choice":
                     yield Static(Text(self._note(self.preset)), classes="note", id=f"n-{key}")
                 yield Static("", classes="problem", id=f"p-{key}")
-            where = f"Saved to {self.target}" if self.target else "No patch layer to save to (memory only)"
-            yield Static(Text(where), id="where")
+            where = (
+                Text("Saved to ") + plain(self.target)
+                if self.target
+                else Text("No patch layer to save to (memory only)")
+            )
+            yield Static(where, id="where")
             with Horizontal(id="buttons"):
                 yield Button("Cancel", id="cancel")
                 yield Button("Save (ctrl+s)", id="save", variant="primary", disabled=self.readonly)
@@ -295,7 +305,7 @@ class ConfigScreen(ModalScreen[dict[str, Any] | None]):
                 head = f"{problem.key}: " if problem.key != field else ""
                 shown[field].append(f"{head}expected {problem.expected}, found {problem.found}")
         for key, lines in shown.items():
-            self.query_one(f"#p-{key}", Static).update(Text("\n".join(lines)))
+            self.query_one(f"#p-{key}", Static).update(Text(inert_lines("\n".join(lines))))
         if config is None:
             return None
         # Changed: what differs from the keys as they are under the chosen preset. A key that only follows

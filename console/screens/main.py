@@ -16,6 +16,7 @@ from textual.screen import Screen
 from textual.widgets import Footer, Input, Static
 
 from console.actions import Actions
+from console.inert import inert
 from console.link import GuardLink
 from console.report import report_json, reports_dir, save_report
 from console.screens.agent import AgentScreen
@@ -373,8 +374,8 @@ class MainScreen(Screen[None]):
                 return
             if saved.config is not None:
                 self.state.set_config(saved.config, view.number)
-            where = saved.written or "memory only"
-            on = f" on {view.label}" if self.state.fleet else ""
+            where = inert(saved.written or "memory only")
+            on = f" on {inert(view.label)}" if self.state.fleet else ""
             self.notify(f"Saved and applied{on}: {', '.join(sorted(changes))} (written to {where}).", markup=False)
 
         title = f"the config of {view.label}" if self.state.fleet else None
@@ -413,8 +414,10 @@ class MainScreen(Screen[None]):
         if not agent or agent not in self.state.agents:
             self.notify("Select an agent first.", severity="warning", markup=False)
             return
-        agent_id = self.state.agents[agent].id
-        self.app.copy_to_clipboard(agent_id)  # OSC 52: the terminal puts it on the system clipboard
+        # OSC 52: the terminal puts it on the system clipboard. What is drawn is what is copied: escaped, as a
+        # control character pasted into a shell could end a bracketed paste and run what follows.
+        agent_id = inert(self.state.agents[agent].id)
+        self.app.copy_to_clipboard(agent_id)
         self.notify(f"Copied the agent id: {agent_id}", markup=False)
 
     def action_copy_call(self) -> None:
@@ -426,11 +429,12 @@ class MainScreen(Screen[None]):
         else:
             self.notify("Select an agent or a repeated call first.", severity="warning", markup=False)
             return
-        name = self.state.name_of(agent)
+        name = inert(self.state.name_of(agent))
         if not preview:
             self.notify(f"{name} has no repeated call to copy.", severity="warning", markup=False)
             return
-        self.app.copy_to_clipboard(preview)  # one line already: the guard's preview of the call
+        preview = inert(preview)  # one line already (the guard's preview of the call), escaped as drawn
+        self.app.copy_to_clipboard(preview)
         self.notify(f"Copied the call {name} repeated {count} times: {preview}", markup=False)
 
     async def action_save_report(self) -> None:

@@ -34,7 +34,7 @@ def call_line(call: CallRow, colors: Mapping[str, str]) -> Text:
     text = Text(no_wrap=True, overflow="ellipsis", end="")
     text.append(time.strftime("%H:%M:%S", time.localtime(call.time)) if call.time else " " * 8, style=colors["muted"])
     text.append("  ")
-    text.append(f"{_WORDS.get(call.decision, call.decision[:5]):<5}", style=f"bold {color}")
+    text.append_text(plain(f"{_WORDS.get(call.decision, call.decision[:5]):<5}", style=f"bold {color}"))
     text.append(f" {tally:>9} ")
     text.append_text(plain(f"{call.rule[:9]:<9}", style=color if call.rule else ""))
     text.append("  ")

@@ -6,6 +6,8 @@ from collections.abc import Iterable, Mapping
 
 from rich.text import Text
 
+from console.inert import inert
+
 __all__ = [
     "KIND_ORDER",
     "age",
@@ -21,18 +23,18 @@ __all__ = [
 ]
 
 _SPARKS = "▁▂▃▄▅▆▇█"
-_CONTROL = {c: f"\\x{c:02x}" for c in range(32)} | {127: "\\x7f"}
 
 
 def plain(value: object, style: str = "") -> Text:
-    """Untrusted text, shown literally: no markup, control characters escaped, one line."""
+    """Untrusted text, shown literally: no markup; control and invisible format characters escaped
+    (console.inert: `\\x1b`, `\\x9b`, `<U+202E>`); one line."""
     text = "" if value is None else str(value)
-    return Text(text.translate(_CONTROL), style=style, no_wrap=True, overflow="ellipsis")
+    return Text(inert(text), style=style, no_wrap=True, overflow="ellipsis")
 
 
 def clip(value: object, width: int) -> str:
-    """Shorten to `width` cells keeping both ends (ids differ at the start and the end)."""
-    text = "" if value is None else str(value).translate(_CONTROL)
+    """Shorten to `width` cells keeping both ends (ids differ at the start and the end), escaped first."""
+    text = "" if value is None else inert(str(value))
     if len(text) <= width:
         return text
     head = (width - 1) * 2 // 3

@@ -59,6 +59,7 @@ def agent_id(i: int) -> str:
 def start_guard(d: str) -> tuple[subprocess.Popen[bytes], str]:
     os.mkdir(os.path.join(d, "run"), 0o700)
     sock = os.path.join(d, "run", "guard.sock")
+    open(os.path.join(d, "layer.yml"), "a").close()  # an empty layer (a --patch that does not exist is refused)
     env = {**os.environ, "DSH_HOME": os.path.join(d, "dsh"), "XDG_STATE_HOME": os.path.join(d, "state")}
     proc = subprocess.Popen(
         [
