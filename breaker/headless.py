@@ -182,27 +182,16 @@ def _serve(
     from breaker.server import GuardServer, serve
 
     class HeadlessGuard(GuardServer):
-        """A GuardServer that stops once, whoever asks waiting for that stop to end (a signal's stop, then
-        `serve`'s own: a second stop that returned at once let the loop end and cancel the first before it
-        took the sockets away), and that watches its parent's pipe (`--parent-fd`)."""
+        """A GuardServer that watches its parent's pipe (`--parent-fd`)."""
 
         parent_fd: int | None = args.parent_fd
         keep_if_used = args.if_orphaned == "keep-if-used"
         orphaned = False  # stopped because the parent has ended
-        _stopping: asyncio.Future[None] | None = None
 
         async def start(self) -> None:
             await super().start()
             if self.parent_fd is not None:
                 asyncio.get_running_loop().add_reader(self.parent_fd, self._parent_readable)
-
-        async def stop(self) -> None:
-            await asyncio.shield(self._stop_once())
-
-        def _stop_once(self) -> asyncio.Future[None]:
-            if self._stopping is None:
-                self._stopping = asyncio.ensure_future(super().stop())
-            return self._stopping
 
         def _parent_readable(self) -> None:
             fd = self.parent_fd
@@ -232,7 +221,7 @@ def _serve(
                 return
             log.warning("the console that started this guard has ended: stopping")
             self.orphaned = True
-            self._stop_once()
+            asyncio.ensure_future(self.stop())
 
     server = HeadlessGuard(
         socket_path,

@@ -217,6 +217,7 @@ class GuardServer:
         self._pump_scheduled = False
         self._woken_again = False
         self._stopped = asyncio.Event()
+        self._stopping: asyncio.Future[None] | None = None
         self.metrics_flag = metrics
         self.otel_flag = otel
         self.metrics: MetricsServer | None = None
@@ -301,8 +302,14 @@ class GuardServer:
         await self._stopped.wait()
 
     async def stop(self) -> None:
-        if self._stopped.is_set():
-            return
+        """Stop once; whoever asks (a signal's handler, then `serve`'s own) waits for that stop to end: a
+        second stop that returned at once let the loop end and cancel the first before it removed the
+        sockets."""
+        if self._stopping is None:
+            self._stopping = asyncio.ensure_future(self._stop())
+        await asyncio.shield(self._stopping)
+
+    async def _stop(self) -> None:
         self._stopped.set()
         for listener in self.listeners.values():
             listener.close()
