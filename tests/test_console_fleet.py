@@ -175,6 +175,8 @@ async def test_a_guard_that_goes_away_is_shown_gone_and_comes_back_by_itself(gua
         await asyncio.to_thread(loop, b, "on-b", 1)
         table = app.query_one(AgentsTable)
         await until(pilot, lambda: table.row_count == 2, what="both agents")
+        # an operator's change is saved before its reply, with every call before it: on-a outlives the kill
+        assert request(a.operator, {"op": "reset", "id": 1, "agent": "nobody"})["ok"]
         a.kill9()
         await until(pilot, lambda: app.state.guards[0].status == "unreachable", what="a shown unreachable")
         header = app.query_one(GuardHeader)
