@@ -187,6 +187,7 @@ def _serve(
         parent_fd: int | None = args.parent_fd
         keep_if_used = args.if_orphaned == "keep-if-used"
         orphaned = False  # stopped because the parent has ended
+        orphan_stop: asyncio.Future[None] | None = None  # that stop, kept while it runs
 
         async def start(self) -> None:
             await super().start()
@@ -221,7 +222,7 @@ def _serve(
                 return
             log.warning("the console that started this guard has ended: stopping")
             self.orphaned = True
-            asyncio.ensure_future(self.stop())
+            self.orphan_stop = asyncio.ensure_future(self.stop())
 
     server = HeadlessGuard(
         socket_path,
