@@ -12,9 +12,9 @@ never come here: their reading is cheap, and the loop's turns are bounded in byt
 The guard sends the judge one frame at a time, cheapest first (by a count of its brackets and its size,
 which costs a memchr-like scan), so a frame that costs seconds delays the frames waiting behind it by
 at most one frame's time: an honest agent's file write is not starved by a sender of pathological
-frames. A frame the judge cannot read within `JUDGE_LIMIT` seconds (or that kills it) is answered with
-the error `unjudgeable`; every client then asks again with its args marked unserializable, so the call
-is still counted. The judge is started on the first large frame and again after it dies.
+frames. A frame the judge cannot read within `JUDGE_LIMIT` seconds, or that ends two judge processes in
+a row, is answered with the error `unjudgeable`; every client then asks again with its args marked
+unserializable, so the call is still counted. The judge is started on the first large frame and again after it dies.
 
 Run as `python -P -m breaker.judge` (never the current directory on its path); it reads requests on
 stdin and writes answers on stdout, each a few length-prefixed parts, and exits at end of input.
@@ -166,10 +166,14 @@ def main() -> int:
 class Judge:
     """The guard's handle on its judge process: `await ask(frame, ignore)` answers in cost order."""
 
-    def __init__(self, limit: float = JUDGE_LIMIT) -> None:
+    def __init__(self, limit: float = JUDGE_LIMIT, command: tuple[str, ...] | None = None) -> None:
+        """`limit`: seconds per frame. `command`: the judge process's argv (default: this module, run by
+        this interpreter with `-P`); another program must speak the same protocol (see `main`)."""
         self.limit = limit
+        self.command = command or (sys.executable, "-P", "-m", "breaker.judge")
         self.killed = 0  # frames the judge could not read within the limit (or died on)
         self.pid: int | None = None
+        self.busy = False  # a frame is in the judge process's hands (written, its answer not yet read)
         self._proc: asyncio.subprocess.Process | None = None
         self._heap: list[tuple[int, int, bytes, bytes, asyncio.Future[JudgeAnswer]]] = []
         self._seq = 0
@@ -208,20 +212,34 @@ class Judge:
             _cost, _seq, frame, names, future = heapq.heappop(self._heap)
             if future.done():
                 continue
-            try:
-                if self._proc is None or self._proc.returncode is not None:
-                    self._proc = await self._start()  # its start does not count against the frame's limit
-                answer = await asyncio.wait_for(self._judge(frame, names), self.limit)
-            except asyncio.CancelledError:
-                if not future.done():
-                    future.cancel()
-                raise
-            except TimeoutError:
-                answer = self._failed(frame, f"more than {self.limit:g} s")
-            except (OSError, asyncio.IncompleteReadError, ValueError, struct.error):
-                answer = self._failed(frame, "the judge process ended")
+            # A judge that ended (killed between frames, or by this one) gets one more try with a new judge:
+            # only a frame that ends two judges is unjudgeable for it.
+            for tries_left in (1, 0):
+                try:
+                    if self._proc is None or self._proc.returncode is not None:
+                        self._proc = await self._start()  # its start does not count against the frame's limit
+                    answer = await asyncio.wait_for(self._judge(frame, names), self.limit)
+                except asyncio.CancelledError:
+                    if not future.done():
+                        future.cancel()
+                    raise
+                except TimeoutError:
+                    answer = self._failed(frame, f"more than {self.limit:g} s")
+                except (OSError, asyncio.IncompleteReadError, ValueError, struct.error):
+                    if tries_left:
+                        self._ended()
+                        continue
+                    answer = self._failed(frame, "the judge process ended twice on it")
+                break
             if not future.done():
                 future.set_result(answer)
+
+    def _ended(self) -> None:
+        log.warning("the judge process ended (pid %s); a new one takes the frame", self.pid)
+        proc, self._proc = self._proc, None
+        if proc is not None and proc.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
 
     def _failed(self, frame: bytes, why: str) -> JudgeAnswer:
         self.killed += 1
@@ -237,16 +255,17 @@ class Judge:
         assert proc is not None and proc.stdin is not None and proc.stdout is not None
         proc.stdin.write(b"".join((_LEN.pack(len(names)), names, _LEN.pack(len(frame)), frame)))
         await proc.stdin.drain()
-        return await _read_answer(proc.stdout)
+        self.busy = True
+        try:
+            return await _read_answer(proc.stdout)
+        finally:
+            self.busy = False
 
     async def _start(self) -> asyncio.subprocess.Process:
         # -P: never the current directory on its path (an agent may have written an orjson.py there);
         # the root as its directory, and the guard's environment (its PYTHONPATH finds this package).
         proc = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-P",
-            "-m",
-            "breaker.judge",
+            *self.command,
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
             cwd="/",

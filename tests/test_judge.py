@@ -234,17 +234,46 @@ def test_a_stalled_judge_holds_up_only_the_large_frames_connection(guard):
     assert [big.line()["id"], big.line()["id"]] == [2, 3]  # then the large frame's connection, in order
 
 
-def test_a_judge_killed_mid_frame_leaves_that_call_unjudgeable_and_the_next_is_judged(guard):
+def test_a_judge_killed_between_frames_is_started_again_and_the_next_frame_judged(guard):
     c = Conn(guard.socket, timeout=60)
     payload = {"c": "x" * JUDGE_FROM}
     assert c.ask({"op": "check", "id": 1, "agent": "w", "tool": "write", "args": payload})["decision"] == "allow"
     pid = eventually(lambda: judge_pid(guard.pid), what="the judge process")
-    os.kill(pid, signal.SIGSTOP)
-    c.send({"op": "check", "id": 2, "agent": "w", "tool": "write", "args": payload})
     os.kill(pid, signal.SIGKILL)
-    reply = c.line()
-    assert reply["id"] == 2 and reply["error"]["code"] == "unjudgeable"
-    for i in range(3, 9):  # a new judge: the same call is judged again and the duplicate rule applies
+    for i in range(2, 8):  # a new judge: the same call is judged, and the duplicate rule applies
         reply = c.ask({"op": "check", "id": i, "agent": "w", "tool": "write", "args": payload})
-    assert reply["kind"] == "duplicate" and reply["count"] == 6
+    assert (reply["kind"], reply["count"]) == ("duplicate", 6)
     assert eventually(lambda: judge_pid(guard.pid)) != pid
+
+
+# A judge process that is ready, then ends on the first frame it is given.
+DYING_JUDGE = ("sh", "-c", "printf +; head -c 1 >/dev/null")
+
+
+async def test_a_frame_that_ends_its_judge_is_tried_once_more_and_only_then_unjudgeable():
+    judge = Judge(limit=60, command=DYING_JUDGE)
+    try:
+        answer = await judge.ask(check(41, args={"content": "x"}), ())
+        assert answer.reply is not None and judge.killed == 1
+        reply = orjson.loads(answer.reply)
+        assert reply["id"] == 41 and reply["error"]["code"] == "unjudgeable"
+        assert "args_unserializable" in reply["error"]["message"]
+    finally:
+        await judge.close()
+
+
+async def test_a_frame_whose_judge_ended_once_is_judged_by_the_next():
+    judge = Judge(limit=60)
+    try:
+        await judge.ask(check(0, args={}), ())
+        first = judge.pid
+        assert first is not None
+        os.kill(first, signal.SIGSTOP)
+        pending = asyncio.ensure_future(judge.ask(check(41, args={"content": "x"}), ()))
+        while not judge.busy:
+            await asyncio.sleep(0.01)
+        os.kill(first, signal.SIGKILL)
+        answer = await pending
+        assert answer.reply is None and answer.keyed and judge.killed == 0 and judge.pid != first
+    finally:
+        await judge.close()
