@@ -16,6 +16,8 @@ from pathlib import Path
 import orjson
 import pytest
 
+from tests.waits import TIMEOUT, eventually
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -67,20 +69,17 @@ class GuardProcess:
             self.wait_ready()
         return self
 
-    def wait_ready(self, timeout: float = 15.0) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
+    def wait_ready(self, timeout: float = TIMEOUT) -> None:
+        def pong() -> bool:
             assert self.proc is not None
             if self.proc.poll() is not None:
-                raise AssertionError(f"guard exited with {self.proc.returncode}:\n{self.log.read_text()}")
-            try:
-                reply = request(self.socket, {"op": "ping", "id": 0}, timeout=1)
-                if reply.get("pong"):
-                    return
-            except OSError:
-                pass
-            time.sleep(0.02)
-        raise AssertionError(f"guard not ready after {timeout}s:\n{self.log.read_text()}")
+                raise AssertionError(f"guard exited with {self.proc.returncode}")
+            return bool(request(self.socket, {"op": "ping", "id": 0}, timeout=1).get("pong"))
+
+        try:
+            eventually(pong, timeout=timeout, what=f"the guard to answer on {self.socket}", ignoring=(OSError,))
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}; its log:\n{self.log.read_text()}") from None
 
     def stop(self, sig: int = signal.SIGTERM) -> int:
         if self.proc is None or self.proc.poll() is not None:
