@@ -8,7 +8,6 @@ import asyncio
 import json
 import os
 import signal
-import time
 from pathlib import Path
 
 import orjson
@@ -18,6 +17,7 @@ from breaker.engine import Guard
 from breaker.judge import JUDGE_FROM, Judge, JudgeAnswer, judge_frame
 from breaker.session import JudgeJob, ServerSession
 from tests.conftest import Conn, request
+from tests.waits import eventually
 
 UID = 1000
 
@@ -199,16 +199,6 @@ def judge_pid(guard_pid: int) -> int | None:
         if b"breaker.judge" in Path(f"/proc/{pid}/cmdline").read_bytes():
             return int(pid)
     return None
-
-
-def eventually(predicate, timeout: float = 30.0, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        assert time.monotonic() < deadline, f"{what} never happened"
-        time.sleep(0.02)
 
 
 def test_a_stalled_judge_holds_up_only_the_large_frames_connection(guard):
