@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import signal
 from pathlib import Path
 
@@ -201,6 +202,11 @@ def judge_pid(guard_pid: int) -> int | None:
     return None
 
 
+def bytes_written(pid: int) -> int:
+    """What a process has written so far, to files, pipes and sockets alike (its /proc io accounting)."""
+    return int(re.search(r"^wchar: (\d+)$", Path(f"/proc/{pid}/io").read_text(), re.M)[1])  # type: ignore[index]
+
+
 def test_a_stalled_judge_holds_up_only_the_large_frames_connection(guard):
     big = Conn(guard.socket, timeout=60)
     assert (
@@ -230,7 +236,10 @@ def test_a_judge_killed_mid_frame_leaves_that_call_unjudgeable_and_the_next_is_j
     assert c.ask({"op": "check", "id": 1, "agent": "w", "tool": "write", "args": payload})["decision"] == "allow"
     pid = eventually(lambda: judge_pid(guard.pid), what="the judge process")
     os.kill(pid, signal.SIGSTOP)
+    before = bytes_written(guard.pid)
     c.send({"op": "check", "id": 2, "agent": "w", "tool": "write", "args": payload})
+    # Killed mid-frame: once the guard has written the frame to the stopped judge (else a new judge reads it).
+    eventually(lambda: bytes_written(guard.pid) - before >= JUDGE_FROM, what="the frame handed to the stopped judge")
     os.kill(pid, signal.SIGKILL)
     reply = c.line()
     assert reply["id"] == 2 and reply["error"]["code"] == "unjudgeable"
