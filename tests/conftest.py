@@ -7,7 +7,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -15,6 +14,8 @@ from pathlib import Path
 
 import orjson
 import pytest
+
+from tests.waits import TIMEOUT, eventually
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -67,20 +68,17 @@ class GuardProcess:
             self.wait_ready()
         return self
 
-    def wait_ready(self, timeout: float = 15.0) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
+    def wait_ready(self, timeout: float = TIMEOUT) -> None:
+        def pong() -> bool:
             assert self.proc is not None
             if self.proc.poll() is not None:
-                raise AssertionError(f"guard exited with {self.proc.returncode}:\n{self.log.read_text()}")
-            try:
-                reply = request(self.socket, {"op": "ping", "id": 0}, timeout=1)
-                if reply.get("pong"):
-                    return
-            except OSError:
-                pass
-            time.sleep(0.02)
-        raise AssertionError(f"guard not ready after {timeout}s:\n{self.log.read_text()}")
+                raise AssertionError(f"guard exited with {self.proc.returncode}")
+            return bool(request(self.socket, {"op": "ping", "id": 0}, timeout=1).get("pong"))
+
+        try:
+            eventually(pong, timeout=timeout, what=f"the guard to answer on {self.socket}", ignoring=(OSError,))
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}; its log:\n{self.log.read_text()}") from None
 
     def stop(self, sig: int = signal.SIGTERM) -> int:
         if self.proc is None or self.proc.poll() is not None:
@@ -220,14 +218,17 @@ class Tmux:
         return int(self.run("display-message", "-p", "-t", "main", "#{pane_pid}"))
 
     def wait_for(self, needle: str, timeout: float = 20.0) -> str:
-        deadline = time.monotonic() + timeout
-        while True:
-            screen = self.screen()
-            if needle in screen:
-                return screen
-            if time.monotonic() > deadline:
-                raise AssertionError(f"{needle!r} never appeared on screen:\n{screen}")
-            time.sleep(0.1)
+        seen = [""]
+
+        def shows() -> bool:
+            seen[0] = self.screen()
+            return needle in seen[0]
+
+        try:
+            eventually(shows, timeout=timeout, what=f"{needle!r} on screen")
+        except AssertionError:
+            raise AssertionError(f"{needle!r} never appeared on screen:\n{seen[0]}") from None
+        return seen[0]
 
     def kill(self) -> None:
         subprocess.run(["tmux", "-L", self.name, "kill-server"], capture_output=True)

@@ -3,17 +3,15 @@
 from __future__ import annotations
 
 import socket
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.conftest import GuardProcess, request
-
-T = TypeVar("T")
+from tests.waits import TIMEOUT, eventually
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 
@@ -22,9 +20,14 @@ def stats(guard: GuardProcess) -> dict[str, Any]:
     return request(guard.operator, {"op": "stats", "id": 1})["stats"]
 
 
-def metrics_url(guard: GuardProcess, timeout: float = 15.0) -> str:
+def metrics_url(guard: GuardProcess, timeout: float = TIMEOUT) -> str:
     """The URL the guard says it serves its metrics at (once it does)."""
-    return wait_for(lambda: stats(guard)["metrics"] or None, timeout, "the guard never served its metrics")
+    return eventually(
+        lambda: stats(guard)["metrics"] or None,
+        timeout=timeout,
+        what="the guard to serve its metrics",
+        ignoring=(OSError, KeyError),
+    )
 
 
 def scrape_text(url: str, timeout: float = 5.0) -> str:
@@ -45,14 +48,14 @@ def scrape(url: str) -> Samples:
     return parse(scrape_text(url))
 
 
-def scrape_until(url: str, done: Callable[[Samples], bool], timeout: float = 15.0) -> Samples:
+def scrape_until(url: str, done: Callable[[Samples], bool], timeout: float = TIMEOUT) -> Samples:
     """Scrape until `done(samples)` (the guard publishes its counts each tick): the samples that passed."""
 
     def attempt() -> Samples | None:
         samples = scrape(url)
         return samples if done(samples) else None
 
-    return wait_for(attempt, timeout, f"{url} never showed what was waited for")
+    return eventually(attempt, timeout=timeout, what=f"{url} to show what was waited for", ignoring=(OSError, KeyError))
 
 
 def value(samples: Samples, name: str, **labels: str) -> float:
@@ -61,21 +64,6 @@ def value(samples: Samples, name: str, **labels: str) -> float:
 
 def names(samples: Samples) -> set[str]:
     return {name for name, _ in samples}
-
-
-def wait_for(condition: Callable[[], T | None], timeout: float = 15.0, message: str = "condition not met") -> T:
-    """Poll `condition` until it returns something truthy (a generous deadline, never a fixed sleep)."""
-    deadline = time.monotonic() + timeout
-    last: Exception | None = None
-    while time.monotonic() < deadline:
-        try:
-            result = condition()
-            if result:
-                return result
-        except (OSError, KeyError, urllib.error.URLError) as exc:
-            last = exc
-        time.sleep(0.05)
-    raise AssertionError(f"{message} within {timeout} s (last error: {last})")
 
 
 def free_port() -> int:

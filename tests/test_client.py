@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-import time
 from collections.abc import Iterator
 
 import pytest
@@ -15,6 +14,7 @@ from breaker.client import AsyncGuardClient, Decision, GuardClient, GuardError
 from breaker.protocol import StateFrame
 from tests.conftest import request
 from tests.guardproxy import GuardProxy, is_check
+from tests.waits import eventually, eventually_async
 
 
 def test_sync_client_gets_allow_then_a_duplicate_deny(guard):
@@ -91,10 +91,7 @@ def test_sync_client_interrupt_callback_fires_on_poll_and_later_calls_are_denied
     client = GuardClient(guard.socket, on_interrupt=lambda agent, reason: told.append((agent, reason)), timeout=30)
     client.check("worker-1", "web_search", {"q": "x"})
     request(guard.operator, {"op": "interrupt", "id": 1, "agent": "worker-1", "reason": "operator says stop"})
-    deadline = time.monotonic() + 5
-    while not told and time.monotonic() < deadline:
-        client.poll_events()
-        time.sleep(0.01)
+    eventually(lambda: client.poll_events() or told, what="the interrupt read by poll_events")
     assert told == [("worker-1", "operator says stop")]
     d = client.check("worker-1", "read", {"p": 1})
     assert (d.allowed, d.kind) == (False, "interrupted")
@@ -104,8 +101,9 @@ def test_sync_client_sees_an_interrupt_pushed_before_its_next_reply(guard):
     told: list[str] = []
     client = GuardClient(guard.socket, on_interrupt=lambda agent, reason: told.append(agent), timeout=30)
     client.check("w", "t", {})
+    # The operator's reply comes after the push is queued on the client's connection, which sends it before any
+    # later reply: nothing to wait for.
     request(guard.operator, {"op": "interrupt", "id": 1, "agent": "w"})
-    time.sleep(0.1)
     assert client.check("w", "t", {"n": 2}).kind == "interrupted"
     assert told == ["w"]
 
@@ -176,12 +174,11 @@ def test_async_client_fails_open_then_reconnects_by_itself(guard):
         d = await client.check("a", "t", {"n": 1})
         assert d.allowed and d.fallback and client.misses == 1
         await asyncio.to_thread(guard.start)
-        for _ in range(100):
-            d = await client.check("a", "t", {"n": 2})
-            if not d.fallback:
-                break
-            await asyncio.sleep(0.05)
-        assert not d.fallback
+
+        async def answered() -> bool:
+            return not (await client.check("a", "t", {"n": 2})).fallback
+
+        await eventually_async(answered, what="a check answered by the restarted guard")
         await client.close()
 
     asyncio.run(main())

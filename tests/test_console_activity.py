@@ -11,8 +11,9 @@ from rich.text import Text
 from console.state import ACTIVITY_SECONDS, Activity, Tally
 from console.themes import THEME_VARIABLES
 from console.widgets.activity import ActivityChart, activity_label, bars
-from tests.test_console_pilot import app_for, loop, until
+from tests.test_console_pilot import app_for, loop
 from tests.test_console_snapshots import CROWDED, T0, frame, inject, make_app
+from tests.waits import eventually_async
 
 COLORS = dict(THEME_VARIABLES)
 
@@ -186,12 +187,14 @@ async def test_a_loops_denies_show_in_the_chart_against_a_real_guard(guard):
     app = app_for(guard)
     async with app.run_test(size=(120, 40)) as pilot:
         # The first frame's counters are the baseline: the loop must come after it.
-        await until(pilot, lambda: app.state.stats is not None, what="the guard's first frame")
+        await eventually_async(lambda: app.state.stats is not None, what="the guard's first frame", pilot=pilot)
         results = await asyncio.to_thread(loop, guard, "looper-chart", 9)
         denied = sum(not r.allowed for r in results)
         assert denied == 3  # duplicateLimit 6: the seventh call on is denied
         chart = app.query_one(ActivityChart)
-        await until(pilot, lambda: f"· {denied} denies" in str(chart.content), what="the denies in the chart")
+        await eventually_async(
+            lambda: f"· {denied} denies" in str(chart.content), what="the denies in the chart", pilot=pilot
+        )
         peak = re.fullmatch(
             r"activity · last 5 min · peak (\d+) checks/s · 3 denies", str(chart.content).splitlines()[0]
         )

@@ -9,13 +9,15 @@ from textual.widgets import Input
 from breaker.client import GuardClient
 from console.screens.agent import AgentScreen
 from console.screens.confirm import ConfirmScreen
+from console.screens.help import HelpScreen
 from console.screens.main import MainScreen
 from console.screens.override import OverrideScreen, parse_limits
 from console.widgets.agents import AgentsTable
 from console.widgets.calls import CallTail
 from console.widgets.detail import AgentDetail
 from tests.conftest import request
-from tests.test_console_pilot import SIZE, app_for, cell, loop, select, text_of, until
+from tests.test_console_pilot import SIZE, app_for, cell, loop, select, text_of
+from tests.waits import eventually_async
 
 
 def snapshot_row(guard, agent: str) -> dict:
@@ -30,10 +32,13 @@ def tail_lines(screen: AgentScreen) -> list[str]:
 async def open_agent(pilot, app, agent: str) -> AgentScreen:
     await select(pilot, app, agent)
     await pilot.press("enter")
-    await until(pilot, lambda: isinstance(app.screen, AgentScreen), what="the drill-down")
+    await eventually_async(lambda: isinstance(app.screen, AgentScreen), what="the drill-down", pilot=pilot)
     screen = app.screen
     assert isinstance(screen, AgentScreen) and screen.agent == agent
-    await until(pilot, lambda: app.session.link.following == agent, what="following the agent")
+    await eventually_async(lambda: app.session.link.following == agent, what="following the agent", pilot=pilot)
+    # The guard pushes a followed agent's first calls event on its next tick once the follow is in force:
+    # every call from then on reaches the tail.
+    await eventually_async(lambda: screen.follow.events >= 1, what="the follow in force (its first event)", pilot=pilot)
     return screen
 
 
@@ -43,27 +48,26 @@ async def test_enter_opens_the_agent_its_calls_arrive_live_with_decision_and_esc
         await asyncio.to_thread(loop, guard, "quiet", 1, "read", {"path": "q"})
         await asyncio.to_thread(loop, guard, "looper", 2, harness="dsh", parent="root-7")
         screen = await open_agent(pilot, app, "looper")
-        await asyncio.sleep(0.3)  # the follow is in force: calls from now on are in the tail
         await asyncio.to_thread(loop, guard, "looper", 6, harness="dsh", parent="root-7")
-        await until(pilot, lambda: len(screen.follow.calls) == 6, what="six calls in the tail")
+        await eventually_async(lambda: len(screen.follow.calls) == 6, what="six calls in the tail", pilot=pilot)
         calls = list(screen.follow.calls)
         assert [c.decision for c in calls] == ["allow"] * 4 + ["deny", "deny"]
         assert (calls[4].count, calls[4].limit, calls[4].rule) == (6, 6, "duplicate")
         assert calls[0].preview == 'web_search query="the same"'
         assert [(k.count, k.preview) for k in screen.follow.keys] == [(6, 'web_search query="the same"')]
-        await until(pilot, lambda: "6/6" in text_of(screen.head), what="the head redrawn")
+        await eventually_async(lambda: "6/6" in text_of(screen.head), what="the head redrawn", pilot=pilot)
         head = text_of(screen.head)
         assert "looper" in head and "duplicate" in head and "via dsh" in head and "denies duplicate 2" in head
         family = text_of(screen.family)
         assert "parent root-7" in family and "subagents (0) none" in family
-        await until(pilot, lambda: screen.keys.row_count == 1, what="the window's repeated call")
+        await eventually_async(lambda: screen.keys.row_count == 1, what="the window's repeated call", pilot=pilot)
         assert [c.plain for c in screen.keys.get_row_at(0)] == ["6/6", 'web_search query="the same"']
-        await until(pilot, lambda: screen.trips.row_count == 1, what="its trip")
+        await eventually_async(lambda: screen.trips.row_count == 1, what="its trip", pilot=pilot)
         assert [c.plain for c in screen.trips.get_row_at(0)][1:] == ["duplicate", "6/6", "web_search"]
         await pilot.press("escape")
-        await until(pilot, lambda: isinstance(app.screen, MainScreen), what="back on the list")
+        await eventually_async(lambda: isinstance(app.screen, MainScreen), what="back on the list", pilot=pilot)
         assert app.query_one(AgentsTable).selected == "looper"
-        await until(pilot, lambda: app.session.link.following is None, what="no longer following")
+        await eventually_async(lambda: app.session.link.following is None, what="no longer following", pilot=pilot)
 
 
 async def test_the_tail_draws_the_visible_calls_and_the_cursor_leaves_and_rejoins_the_newest(guard):
@@ -71,13 +75,14 @@ async def test_the_tail_draws_the_visible_calls_and_the_cursor_leaves_and_rejoin
     async with app.run_test(size=SIZE) as pilot:
         await asyncio.to_thread(loop, guard, "busy", 1, "read", {"path": "0"})
         screen = await open_agent(pilot, app, "busy")
-        await asyncio.sleep(0.3)
         client = GuardClient(guard.socket, timeout=30)
         await asyncio.to_thread(lambda: [client.check("busy", "read", {"path": str(i)}) for i in range(1, 61)])
         client.close()
-        await until(pilot, lambda: screen.follow.received == 60, what="sixty calls")
+        await eventually_async(lambda: screen.follow.received == 60, what="sixty calls", pilot=pilot)
         tail = app.screen.query_one(CallTail)
-        await pilot.pause(0.2)
+        await eventually_async(
+            lambda: "(60 since opened" in str(screen.calls_title.content), what="the sixty calls drawn", pilot=pilot
+        )
         visible = [tail.render_line(y).text for y in range(tail.size.height)]
         assert 'read path="60"' in visible[-1]  # the newest at the bottom, in view
         await pilot.press("up", "up")
@@ -95,24 +100,30 @@ async def test_an_override_from_the_drill_down_raises_one_agents_cap_and_shows_i
         await asyncio.to_thread(loop, guard, "other", 5, "read", {"path": "x"})
         screen = await open_agent(pilot, app, "capped")
         await pilot.press("o")
-        await until(pilot, lambda: isinstance(app.screen, OverrideScreen), what="the override form")
+        await eventually_async(lambda: isinstance(app.screen, OverrideScreen), what="the override form", pilot=pilot)
         form = app.screen
         form.query_one("#limit-maxCallsPerAgent", Input).value = "10"
         await pilot.press("ctrl+s")
-        await until(pilot, lambda: app.screen is screen, what="the form closed")
-        await until(pilot, lambda: snapshot_row(guard, "capped")["override"] == {"maxCallsPerAgent": 10})
+        await eventually_async(lambda: app.screen is screen, what="the form closed", pilot=pilot)
+        await eventually_async(
+            lambda: snapshot_row(guard, "capped")["override"] == {"maxCallsPerAgent": 10}, pilot=pilot
+        )
         more = await asyncio.to_thread(loop, guard, "capped", 7, "read", {"path": "y"})
         assert [v.allowed for v in more] == [True] * 6 + [False]  # 4 + 6 = 10, then capped again
         assert not (await asyncio.to_thread(loop, guard, "other", 1, "read", {"path": "z"}))[0].allowed
-        await until(pilot, lambda: "(own cap 10)" in text_of(screen.head), what="the head")
+        await eventually_async(lambda: "(own cap 10)" in text_of(screen.head), what="the head", pilot=pilot)
         await pilot.press("escape")
         table = app.query_one(AgentsTable)
-        await until(pilot, lambda: cell(table, "capped", "cap").plain == "10/10*", what="the row's cap cell")
+        await eventually_async(
+            lambda: cell(table, "capped", "cap").plain == "10/10*", what="the row's cap cell", pilot=pilot
+        )
         assert cell(table, "other", "cap").plain == "4/4"
         assert "own cap 10" in text_of(app.query_one(AgentDetail))
         await pilot.press("r")  # a reset takes the override off with the counts
-        await until(pilot, lambda: snapshot_row(guard, "capped")["override"] == {}, what="the override cleared")
-        await until(pilot, lambda: cell(table, "capped", "cap").plain == "0/4", what="the row redrawn")
+        await eventually_async(
+            lambda: snapshot_row(guard, "capped")["override"] == {}, what="the override cleared", pilot=pilot
+        )
+        await eventually_async(lambda: cell(table, "capped", "cap").plain == "0/4", what="the row redrawn", pilot=pilot)
 
 
 async def test_an_override_from_the_list_lowers_one_agents_duplicate_limit(guard):
@@ -121,7 +132,7 @@ async def test_an_override_from_the_list_lowers_one_agents_duplicate_limit(guard
         await asyncio.to_thread(loop, guard, "strict", 1)
         await select(pilot, app, "strict")
         await pilot.press("o")
-        await until(pilot, lambda: isinstance(app.screen, OverrideScreen), what="the override form")
+        await eventually_async(lambda: isinstance(app.screen, OverrideScreen), what="the override form", pilot=pilot)
         app.screen.query_one("#limit-duplicateLimit", Input).value = "0"
         await pilot.press("ctrl+s")
         error = app.screen.query_one("#error-duplicateLimit")
@@ -129,11 +140,13 @@ async def test_an_override_from_the_list_lowers_one_agents_duplicate_limit(guard
         assert snapshot_row(guard, "strict")["override"] == {}
         app.screen.query_one("#limit-duplicateLimit", Input).value = "2"
         await pilot.press("ctrl+s")
-        await until(pilot, lambda: snapshot_row(guard, "strict")["override"] == {"duplicateLimit": 2})
+        await eventually_async(lambda: snapshot_row(guard, "strict")["override"] == {"duplicateLimit": 2}, pilot=pilot)
         verdicts = await asyncio.to_thread(loop, guard, "strict", 2)
         assert [v.allowed for v in verdicts] == [True, False]
         table = app.query_one(AgentsTable)
-        await until(pilot, lambda: cell(table, "strict", "worst").plain.endswith("2/2*"), what="the worst cell")
+        await eventually_async(
+            lambda: cell(table, "strict", "worst").plain.endswith("2/2*"), what="the worst cell", pilot=pilot
+        )
 
 
 async def test_interrupt_and_exempt_from_the_drill_down_act_on_that_agent_and_the_call_under_the_cursor(guard):
@@ -141,25 +154,32 @@ async def test_interrupt_and_exempt_from_the_drill_down_act_on_that_agent_and_th
     async with app.run_test(size=SIZE) as pilot:
         await asyncio.to_thread(loop, guard, "target", 1, "grep", {"p": "x"})
         screen = await open_agent(pilot, app, "target")
-        await asyncio.sleep(0.3)
         await asyncio.to_thread(loop, guard, "target", 1, "grep", {"p": "y"})
-        await until(pilot, lambda: screen.follow.received == 1, what="the call")
+        await eventually_async(lambda: screen.follow.received == 1, what="the call", pilot=pilot)
         await pilot.press("x")
-        await until(pilot, lambda: isinstance(app.screen, ConfirmScreen), what="the exempt confirmation")
+        await eventually_async(
+            lambda: isinstance(app.screen, ConfirmScreen), what="the exempt confirmation", pilot=pilot
+        )
         assert "Exempt grep" in str(app.screen.query_one("#body").content)
         await pilot.press("y")
-        await until(
-            pilot,
+        await eventually_async(
             lambda: "grep" in request(guard.operator, {"op": "config_get", "id": 1})["config"]["values"]["exempt"],
+            pilot=pilot,
         )
         await pilot.press("i")
-        await until(pilot, lambda: isinstance(app.screen, ConfirmScreen), what="the interrupt confirmation")
+        await eventually_async(
+            lambda: isinstance(app.screen, ConfirmScreen), what="the interrupt confirmation", pilot=pilot
+        )
         assert "target" in str(app.screen.query_one("#body").content)
         await pilot.press("y")
-        await until(pilot, lambda: snapshot_row(guard, "target")["status"] == "interrupted", what="interrupted")
+        await eventually_async(
+            lambda: snapshot_row(guard, "target")["status"] == "interrupted", what="interrupted", pilot=pilot
+        )
         denied = await asyncio.to_thread(loop, guard, "target", 1, "read", {"path": "z"})
         assert denied[0].kind == "interrupted"
-        await until(pilot, lambda: screen.follow.received == 2 and screen.follow.calls[-1].decision == "deny")
+        await eventually_async(
+            lambda: screen.follow.received == 2 and screen.follow.calls[-1].decision == "deny", pilot=pilot
+        )
 
 
 def test_the_form_sends_only_what_changed_and_an_empty_box_takes_an_override_off():
@@ -180,16 +200,20 @@ async def test_shift_p_opens_the_parent_and_c_copies_the_agents_id(guard):
         await asyncio.to_thread(loop, guard, "root-1", 1, "read", {"path": "r"})
         await asyncio.to_thread(loop, guard, "child-1", 1, "read", {"path": "c"}, parent="root-1")
         screen = await open_agent(pilot, app, "child-1")
-        await until(pilot, lambda: "parent root-1" in text_of(screen.family), what="the family line")
+        await eventually_async(lambda: "parent root-1" in text_of(screen.family), what="the family line", pilot=pilot)
         await pilot.press("c")
         assert app.clipboard == "child-1"
         await pilot.press("P")
-        await until(pilot, lambda: isinstance(app.screen, AgentScreen) and app.screen.agent == "root-1")
-        await until(pilot, lambda: app.session.link.following == "root-1", what="following the parent")
+        await eventually_async(
+            lambda: isinstance(app.screen, AgentScreen) and app.screen.agent == "root-1", pilot=pilot
+        )
+        await eventually_async(lambda: app.session.link.following == "root-1", what="following the parent", pilot=pilot)
         parent = app.screen
-        await until(pilot, lambda: "subagents (1) child-1 (ok)" in text_of(parent.family), what="its subagent")
+        await eventually_async(
+            lambda: "subagents (1) child-1 (ok)" in text_of(parent.family), what="its subagent", pilot=pilot
+        )
         await pilot.press("escape")
-        await until(pilot, lambda: isinstance(app.screen, MainScreen), what="back on the list")
+        await eventually_async(lambda: isinstance(app.screen, MainScreen), what="back on the list", pilot=pilot)
         assert app.query_one(AgentsTable).selected == "child-1"
 
 
@@ -198,13 +222,14 @@ async def test_a_read_only_console_follows_an_agent_but_cannot_change_it(guard):
     async with app.run_test(size=SIZE) as pilot:
         await asyncio.to_thread(loop, guard, "watched", 1)
         screen = await open_agent(pilot, app, "watched")
-        await asyncio.sleep(0.3)
         await asyncio.to_thread(loop, guard, "watched", 1)
-        await until(pilot, lambda: screen.follow.received == 1, what="its call")
+        await eventually_async(lambda: screen.follow.received == 1, what="its call", pilot=pilot)
         for key in ("o", "i", "r", "x"):
-            await pilot.press(key)
-            await pilot.pause(0.1)
-            assert app.screen is screen, key  # no form, no confirmation
+            await pilot.press(key, "question_mark")  # keys are handled in order: help opens right on the drill-down
+            await eventually_async(lambda: isinstance(app.screen, HelpScreen), what=f"help after {key}", pilot=pilot)
+            assert app.screen_stack[-2] is screen, key  # no form, no confirmation
+            await pilot.press("escape")
+            await eventually_async(lambda: app.screen is screen, what="help closed", pilot=pilot)
         row = snapshot_row(guard, "watched")
         assert (row["calls"], row["override"], row["status"]) == (2, {}, "ok")
 
@@ -217,17 +242,19 @@ async def test_after_the_guard_restarts_the_open_drill_down_follows_the_agent_ag
         old_pid = guard.proc.pid
         await asyncio.to_thread(guard.kill9)
         await asyncio.to_thread(guard.start)
-        await until(pilot, lambda: app.state.stats is not None and app.state.stats.pid not in (0, old_pid), timeout=20)
-        for _ in range(200):  # the console follows again once it has reconnected: a call then reaches the tail
-            await asyncio.to_thread(loop, guard, "survivor", 1, "read", {"path": "probe"})
-            if screen.follow.received:
-                break
-            await pilot.pause(0.1)
-        assert screen.follow.received >= 1
+        # The link sees the new guard's frames once subscribed, and says connected once it follows the agent there.
+        link = app.session.link
+        await eventually_async(
+            lambda: app.state.stats is not None and app.state.stats.pid not in (0, old_pid) and link.connected,
+            what="reconnected to the new guard and following again",
+            pilot=pilot,
+        )
+        await asyncio.to_thread(loop, guard, "survivor", 1, "read", {"path": "probe"})
+        await eventually_async(lambda: screen.follow.received == 1, what="the probe in the tail", pilot=pilot)
         await asyncio.to_thread(loop, guard, "survivor", 3, "grep", {"p": "after"})
 
         def greps() -> list[tuple[str, int]]:
             return [(c.tool, c.count) for c in screen.follow.calls if c.tool == "grep"]
 
-        await until(pilot, lambda: len(greps()) == 3, timeout=20, what="its calls after the restart")
+        await eventually_async(lambda: len(greps()) == 3, timeout=20, what="its calls after the restart", pilot=pilot)
         assert greps() == [("grep", 1), ("grep", 2), ("grep", 3)]

@@ -23,7 +23,8 @@ from console.widgets.agents import AgentsTable
 from console.widgets.detail import AgentDetail
 from console.widgets.header import GuardHeader
 from tests.conftest import ROOT, request
-from tests.test_console_pilot import SIZE, loop, text_of, until
+from tests.test_console_pilot import SIZE, loop, text_of
+from tests.waits import eventually_async
 
 
 def row(agent: str, parent: str | None = None, worst: int = 1, status: str = "ok") -> AgentRow:
@@ -133,33 +134,41 @@ async def test_two_guards_one_console_each_action_goes_to_the_guard_that_owns_th
     a, b = guard_factory(), guard_factory()
     app = fleet_app(a, b)
     async with app.run_test(size=SIZE) as pilot:
-        await until(pilot, lambda: all(v.status == "attached" for v in app.state.guards), what="both attached")
+        await eventually_async(
+            lambda: all(v.status == "attached" for v in app.state.guards), what="both attached", pilot=pilot
+        )
         await asyncio.to_thread(loop, a, "session-1", 2)
         await asyncio.to_thread(loop, b, "session-1", 7)  # the same id, looping, on the other guard
         table = app.query_one(AgentsTable)
         on_b = key_of(app, 1, "session-1")
-        await until(pilot, lambda: table.row_count == 2, what="both agents")
-        await until(pilot, lambda: table.ordered_keys[0] == on_b, what="the looping one first")
+        await eventually_async(lambda: table.row_count == 2, what="both agents", pilot=pilot)
+        await eventually_async(lambda: table.ordered_keys[0] == on_b, what="the looping one first", pilot=pilot)
         labels = [v.label for v in app.state.guards]
         assert labels[0] != labels[1] and all(labels)  # the same host: told apart
         assert table.get_cell(on_b, "guard").plain == labels[1]
         assert table.get_cell(on_b, "agent").plain == "session-1"
 
         table.move_cursor(row=table.get_row_index(on_b))
-        await until(pilot, lambda: f"on {labels[1]}" in text_of(app.query_one(AgentDetail)), what="the detail")
+        await eventually_async(
+            lambda: f"on {labels[1]}" in text_of(app.query_one(AgentDetail)), what="the detail", pilot=pilot
+        )
         await pilot.press("i")
-        await until(pilot, lambda: isinstance(app.screen, ConfirmScreen), what="the confirmation")
+        await eventually_async(lambda: isinstance(app.screen, ConfirmScreen), what="the confirmation", pilot=pilot)
         assert f"session-1@{labels[1]}" in str(app.screen.query_one("#body").content)
         await pilot.press("y")
-        await until(pilot, lambda: snapshot(b)["session-1"]["status"] == "interrupted", what="b's agent interrupted")
+        await eventually_async(
+            lambda: snapshot(b)["session-1"]["status"] == "interrupted", what="b's agent interrupted", pilot=pilot
+        )
         assert snapshot(a)["session-1"]["status"] == "ok"  # the same id on the other guard: untouched
 
         await pilot.press("e")  # the config of the selected agent's guard, and only its
-        await until(pilot, lambda: isinstance(app.screen, ConfigScreen), what="the config form")
+        await eventually_async(lambda: isinstance(app.screen, ConfigScreen), what="the config form", pilot=pilot)
         assert labels[1] in str(app.screen.query_one("#heading").content)
         app.screen.query_one("#f-duplicateLimit").value = "3"
         await pilot.press("ctrl+s")
-        await until(pilot, lambda: app.state.guards[1].values.get("duplicateLimit") == 3, what="b's config")
+        await eventually_async(
+            lambda: app.state.guards[1].values.get("duplicateLimit") == 3, what="b's config", pilot=pilot
+        )
         limits = [
             request(g.operator, {"op": "config_get", "id": 1})["config"]["values"]["duplicateLimit"] for g in (a, b)
         ]
@@ -170,24 +179,32 @@ async def test_a_guard_that_goes_away_is_shown_gone_and_comes_back_by_itself(gua
     a, b = guard_factory(), guard_factory()
     app = fleet_app(a, b)
     async with app.run_test(size=SIZE) as pilot:
-        await until(pilot, lambda: all(v.status == "attached" for v in app.state.guards), what="both attached")
+        await eventually_async(
+            lambda: all(v.status == "attached" for v in app.state.guards), what="both attached", pilot=pilot
+        )
         await asyncio.to_thread(loop, a, "on-a", 1)
         await asyncio.to_thread(loop, b, "on-b", 1)
         table = app.query_one(AgentsTable)
-        await until(pilot, lambda: table.row_count == 2, what="both agents")
+        await eventually_async(lambda: table.row_count == 2, what="both agents", pilot=pilot)
         # an operator's change is saved before its reply, with every call before it: on-a outlives the kill
         assert request(a.operator, {"op": "reset", "id": 1, "agent": "nobody"})["ok"]
         a.kill9()
-        await until(pilot, lambda: app.state.guards[0].status == "unreachable", what="a shown unreachable")
+        await eventually_async(
+            lambda: app.state.guards[0].status == "unreachable", what="a shown unreachable", pilot=pilot
+        )
         header = app.query_one(GuardHeader)
-        await until(pilot, lambda: "unreachable" in text_of(header), what="the header says so")
+        await eventually_async(lambda: "unreachable" in text_of(header), what="the header says so", pilot=pilot)
         on_a = key_of(app, 0, "on-a")
-        await until(pilot, lambda: "strike" in str(table.get_cell(on_a, "guard").style), what="a's rows marked")
+        await eventually_async(
+            lambda: "strike" in str(table.get_cell(on_a, "guard").style), what="a's rows marked", pilot=pilot
+        )
         assert app.state.guards[1].status == "attached" and table.row_count == 2  # b goes on; a's last picture kept
         a.start()  # the same sockets, its state file: the link finds it again
-        await until(pilot, lambda: app.state.guards[0].status == "attached", what="a back", timeout=20)
+        await eventually_async(lambda: app.state.guards[0].status == "attached", what="a back", timeout=20, pilot=pilot)
         await asyncio.to_thread(loop, a, "after", 1)
-        await until(pilot, lambda: key_of(app, 0, "after") in table.ordered_keys, what="a's new agent shown")
+        await eventually_async(
+            lambda: key_of(app, 0, "after") in table.ordered_keys, what="a's new agent shown", pilot=pilot
+        )
         assert "strike" not in str(table.get_cell(on_a, "guard").style)
 
 

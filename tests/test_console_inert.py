@@ -35,10 +35,13 @@ from console.screens.confirm import ConfirmScreen
 from console.screens.override import OverrideScreen
 from console.session import FleetSession, GuardOptions, Member, OwnGuard
 from console.widgets.agents import AgentsTable
+from console.widgets.detail import AgentDetail
+from console.widgets.header import GuardHeader
 from console.widgets.keys import KeysTable
 from tests.conftest import ROOT, Tmux
-from tests.test_console_pilot import until
+from tests.test_console_pilot import text_of
 from tests.test_console_snapshots import STATES, T0, NoGuard, frame
+from tests.waits import eventually_async
 
 # -- the function ----------------------------------------------------------------------------------------------
 
@@ -139,67 +142,85 @@ async def test_every_screen_draws_hostile_ids_tools_args_and_harnesses_inert(tmp
     sock = run / "guard.sock"
     app = CBConsole(OwnGuard(sock, options=GuardOptions(log_path=tmp_path / "g.log")))
     async with app.run_test(size=SIZE, notifications=True) as pilot:
-        await until(pilot, lambda: app.state.guard_status == "running", what="our guard running")
+        await eventually_async(lambda: app.state.guard_status == "running", what="our guard running", pilot=pilot)
         harness = await asyncio.to_thread(hostile_calls, sock)
         try:
-            table = app.query_one(AgentsTable)
-            await until(pilot, lambda: AGENT in table.ordered_keys, what="the hostile agent on screen")
-            await until(pilot, lambda: app.state.trips_seen >= 1 and app.query_one(KeysTable).row_count >= 1)
-            await until(pilot, lambda: HARNESS in app.state.harnesses, what="the hostile harness counted")
+            table, detail = app.query_one(AgentsTable), app.query_one(AgentDetail)
+            await eventually_async(lambda: AGENT in table.ordered_keys, what="the hostile agent on screen", pilot=pilot)
+            await eventually_async(
+                lambda: app.state.trips_seen >= 1 and app.query_one(KeysTable).row_count >= 1, pilot=pilot
+            )
+            await eventually_async(
+                lambda: HARNESS in app.state.harnesses, what="the hostile harness counted", pilot=pilot
+            )
             table.move_cursor(row=table.get_row_index(AGENT))
-            await until(pilot, lambda: table.selected == AGENT, what="the hostile agent selected")
-            app.state.changed()
-            await pilot.pause(0.3)
+            await eventually_async(lambda: table.selected == AGENT, what="the hostile agent selected", pilot=pilot)
+            app.state.changed()  # drawn again: the detail pane shows the selected agent
+            await eventually_async(lambda: inert(AGENT) in text_of(detail), what="its detail", pilot=pilot)
+            await pilot.pause()  # one refresh puts it on the screen
             assert_inert(app, "the main screen", "\\x9b2J", "<U+202E>", "\\x1b]0;PWNED\\x07", "<U+2028>")
             await pilot.press("t")  # the tree: the subagent under its hostile parent
-            await pilot.pause(0.3)
+            title = app.query_one("#agents-title")
+            await eventually_async(lambda: "under their parent" in text_of(title), what="the tree drawn", pilot=pilot)
+            await pilot.pause()
             assert_inert(app, "the tree", "\\x85")
             await pilot.press("c", "C")  # copied, and said so in notices
-            await until(pilot, lambda: app.clipboard.startswith("tool"), what="the call copied")
+            await eventually_async(lambda: app.clipboard.startswith("tool"), what="the call copied", pilot=pilot)
             assert app.clipboard == inert(app.clipboard) and "\\x9b31m" in app.clipboard
-            await pilot.pause(0.2)
+            await eventually_async(lambda: rendered(app).count("Copied") >= 2, what="both notices shown", pilot=pilot)
             assert_inert(app, "the notices", "Copied")
             await pilot.press("i")  # the interrupt's confirmation names the agent
-            await until(pilot, lambda: isinstance(app.screen, ConfirmScreen))
+            await eventually_async(lambda: isinstance(app.screen, ConfirmScreen), pilot=pilot)
             assert_inert(app, "the interrupt's confirmation", "\\x9b2J")
             await pilot.press("n", "x")  # exempting its tool: the confirmation names the tool
-            await until(pilot, lambda: isinstance(app.screen, ConfirmScreen))
+            await eventually_async(lambda: isinstance(app.screen, ConfirmScreen), pilot=pilot)
             assert_inert(app, "the exempt confirmation", "\\x9b31m")
             await pilot.press("y")  # exempted: the notice, the header's exempt list
-            await until(pilot, lambda: TOOL in app.state.exempt, what="the tool exempted")
-            await pilot.pause(0.3)
+            await eventually_async(lambda: TOOL in app.state.exempt, what="the tool exempted", pilot=pilot)
+            header = app.query_one(GuardHeader)
+            await eventually_async(lambda: inert(TOOL) in text_of(header), what="the header's exempt list", pilot=pilot)
+            await pilot.pause()
             assert_inert(app, "the header after the exemption", "exempt")
             await pilot.press("o")  # the override form names the agent
-            await until(pilot, lambda: isinstance(app.screen, OverrideScreen))
+            await eventually_async(lambda: isinstance(app.screen, OverrideScreen), pilot=pilot)
             assert_inert(app, "the override form", "\\x9b2J")
             await pilot.press("escape", "e")  # the config form: the exempt list holds the hostile tool
-            await until(pilot, lambda: isinstance(app.screen, ConfigScreen))
+            await eventually_async(lambda: isinstance(app.screen, ConfigScreen), pilot=pilot)
             form = app.screen
             exempt = form.query_one("#f-exempt", Input)
             assert parse_field("names", exempt.value) == list(app.state.exempt)  # reads back as the same list
             assert form.validate_form() == {}  # saved untouched, it changes nothing
             exempt.focus()
-            await pilot.pause(0.3)
+            await eventually_async(lambda: exempt.has_focus, what="the exempt field focused", pilot=pilot)
+            await pilot.pause()
             assert_inert(app, "the config form's exempt field", "\\x9B31m\\u202E")
             await pilot.press("escape", "enter")  # the drill-down: its calls as the guard sends them
-            await until(pilot, lambda: isinstance(app.screen, AgentScreen))
+            await eventually_async(lambda: isinstance(app.screen, AgentScreen), pilot=pilot)
             drill = app.screen
             assert isinstance(drill, AgentScreen)
             await asyncio.to_thread(harness.check, AGENT, TOOL, ARGS, parent=PARENT)  # one more, while followed
-            await until(pilot, lambda: len(drill.follow.calls) >= 1, what="its calls followed")
-            drill.flush()
-            await pilot.pause(0.3)
+            await eventually_async(lambda: len(drill.follow.calls) >= 1, what="its calls followed", pilot=pilot)
+            await eventually_async(
+                lambda: f"({drill.follow.received:,} since opened" in text_of(drill.calls_title),
+                what="the drill-down drawn with its calls",
+                pilot=pilot,
+            )
+            await pilot.pause()
             assert_inert(app, "the drill-down", "\\x9b2J", "<U+202E>", "\\x9d8;;http://x\\x9c")
             await pilot.press("c")
-            await until(pilot, lambda: app.clipboard == inert(AGENT), what="the id copied as it is shown")
+            await eventually_async(
+                lambda: app.clipboard == inert(AGENT), what="the id copied as it is shown", pilot=pilot
+            )
             await pilot.press("escape", "S")  # the incident report: JSON and the screenshot
-            await until(pilot, lambda: reports_dir().is_dir() and len(list(reports_dir().iterdir())) == 2)
+            await eventually_async(
+                lambda: reports_dir().is_dir() and len(list(reports_dir().iterdir())) == 2, pilot=pilot
+            )
             for saved in reports_dir().iterdir():
                 assert not [c for c in saved.read_text() if unsafe(c) and c != "\n"], saved.name
             [report] = reports_dir().glob("*.json")
             assert AGENT in {a["agent"] for a in orjson.loads(report.read_bytes())["agents"]}  # the data, exact
             await pilot.press("q")  # harnesses are connected: the dialog names them
-            await until(pilot, lambda: isinstance(app.screen, ConfirmScreen))
+            await eventually_async(lambda: isinstance(app.screen, ConfirmScreen), pilot=pilot)
             assert_inert(app, "the quit dialog", "harn\\x9b2J<U+202E>ss")
             await pilot.press("s")
         finally:
@@ -213,16 +234,20 @@ async def test_a_fleets_guard_names_are_drawn_inert(guard_factory, net):
         harness = await asyncio.to_thread(hostile_calls, first.socket)
         try:
             table = app.query_one(AgentsTable)
-            await until(pilot, lambda: any(a.id == AGENT for a in app.state.agents.values()), what="the agent")
+            await eventually_async(
+                lambda: any(a.id == AGENT for a in app.state.agents.values()), what="the agent", pilot=pilot
+            )
             key = next(k for k, a in app.state.agents.items() if a.id == AGENT)
-            await until(pilot, lambda: key in table.ordered_keys, what="the agent on screen")
+            await eventually_async(lambda: key in table.ordered_keys, what="the agent on screen", pilot=pilot)
             table.move_cursor(row=table.get_row_index(key))
-            await until(pilot, lambda: table.selected == key)
-            app.state.changed()
-            await pilot.pause(0.3)
+            await eventually_async(lambda: table.selected == key, pilot=pilot)
+            app.state.changed()  # drawn again: the detail pane shows the selected agent
+            detail = app.query_one(AgentDetail)
+            await eventually_async(lambda: inert(AGENT) in text_of(detail), what="the agent's detail", pilot=pilot)
+            await pilot.pause()
             assert_inert(app, "the fleet's main screen", "box\\x9b2J<U+202E>")
             await pilot.press("p")  # the pause's confirmation names the guard
-            await until(pilot, lambda: isinstance(app.screen, ConfirmScreen))
+            await eventually_async(lambda: isinstance(app.screen, ConfirmScreen), pilot=pilot)
             assert_inert(app, "the pause's confirmation", "box\\x9b2J<U+202E>")
             await pilot.press("n")
         finally:
@@ -245,8 +270,9 @@ async def test_a_fleets_hosts_as_the_guards_send_them_are_drawn_inert(net):
             app.state.apply(StateFrame.from_json(sent), guard=number)
             app.state.set_guard_status("running", guard=number)
         app.main.flush()
-        await pilot.pause(0.3)
-        assert_inert(app, "the hosts", "host\\x9b2J<U+202E>a", "host<U+2066>b\\x1b]0;x\\x07")
+        hosts = ("host\\x9b2J<U+202E>a", "host<U+2066>b\\x1b]0;x\\x07")
+        await eventually_async(lambda: all(h in rendered(app) for h in hosts), what="both hosts shown", pilot=pilot)
+        assert_inert(app, "the hosts", *hosts)
 
 
 # -- the real console in a real terminal --------------------------------------------------------------------------

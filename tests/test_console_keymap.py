@@ -17,7 +17,8 @@ from console.screens.confirm import ConfirmScreen
 from console.screens.help import HelpScreen
 from console.widgets.agents import AgentsTable
 from console.widgets.calls import CallTail
-from tests.test_console_pilot import SIZE, app_for, loop, select, until
+from tests.test_console_pilot import SIZE, app_for, loop, select
+from tests.waits import eventually_async
 
 FILE = Path("/home/op/.config/cbconsole/keymap.yaml")
 
@@ -233,12 +234,14 @@ async def test_a_rebound_interrupt_key_interrupts_and_the_old_key_does_not(guard
         await select(pilot, app, "rebound")
         # Keys are handled in order: if i still interrupted, its dialog would swallow the ? and help never opens.
         await pilot.press("i", "question_mark")
-        await until(pilot, lambda: isinstance(app.screen, HelpScreen), what="help, over no dialog")
+        await eventually_async(lambda: isinstance(app.screen, HelpScreen), what="help, over no dialog", pilot=pilot)
         assert not any(isinstance(s, ConfirmScreen) for s in app.screen_stack)
         await pilot.press("escape")
-        await until(pilot, lambda: not isinstance(app.screen, HelpScreen))
+        await eventually_async(lambda: not isinstance(app.screen, HelpScreen), pilot=pilot)
         await pilot.press("k")
-        await until(pilot, lambda: isinstance(app.screen, ConfirmScreen), what="the confirmation from k")
+        await eventually_async(
+            lambda: isinstance(app.screen, ConfirmScreen), what="the confirmation from k", pilot=pilot
+        )
         assert "rebound" in str(app.screen.query_one("#body").content)
         assert keymap_notices(app) == []
 
@@ -247,7 +250,7 @@ async def test_a_keymap_with_errors_shows_them_all_in_one_notice_and_applies_the
     path = write_keymap("main.interupt: x\nmain.edit_config: f2\nmain.freeze: 1\nmain.help: Escape\n")
     app = app_for(guard)
     async with app.run_test(size=SIZE) as pilot:
-        await until(pilot, lambda: bool(app.state.values), what="the guard's config")
+        await eventually_async(lambda: bool(app.state.values), what="the guard's config", pilot=pilot)
         [notice] = keymap_notices(app)
         assert notice.markup is False and notice.severity == "warning"
         lines = notice.message.splitlines()
@@ -258,12 +261,12 @@ async def test_a_keymap_with_errors_shows_them_all_in_one_notice_and_applies_the
         ]
         assert app.keymap_errors == lines
         await pilot.press("e", "question_mark")  # e no longer opens the form, so ? opens help
-        await until(pilot, lambda: isinstance(app.screen, HelpScreen), what="help, not the form")
+        await eventually_async(lambda: isinstance(app.screen, HelpScreen), what="help, not the form", pilot=pilot)
         assert not any(isinstance(s, ConfigScreen) for s in app.screen_stack)
         await pilot.press("escape")
-        await until(pilot, lambda: not isinstance(app.screen, HelpScreen))
+        await eventually_async(lambda: not isinstance(app.screen, HelpScreen), pilot=pilot)
         await pilot.press("f2")
-        await until(pilot, lambda: isinstance(app.screen, ConfigScreen), what="the form from f2")
+        await eventually_async(lambda: isinstance(app.screen, ConfigScreen), what="the form from f2", pilot=pilot)
 
 
 async def test_help_shows_the_rebound_keys_not_the_defaults(guard):
@@ -271,10 +274,10 @@ async def test_help_shows_the_rebound_keys_not_the_defaults(guard):
     app = app_for(guard)
     async with app.run_test(size=SIZE) as pilot:
         await pilot.press("question_mark")
-        await until(pilot, lambda: isinstance(app.screen, HelpScreen))
+        await eventually_async(lambda: isinstance(app.screen, HelpScreen), pilot=pilot)
         keys = {action: key for key, action, _tip in app.screen.keys}
         assert keys["Interrupt"] == "k" and keys["Freeze"] == "ctrl+f,f9"
         assert keys["Config"] == "e" and keys["Help"] == "question_mark"  # the others keep their defaults
         assert "escape, h closes this." in str(app.screen.query_one("#help-close").content)
         await pilot.press("h")
-        await until(pilot, lambda: not isinstance(app.screen, HelpScreen), what="h closed help")
+        await eventually_async(lambda: not isinstance(app.screen, HelpScreen), what="h closed help", pilot=pilot)

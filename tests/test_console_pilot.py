@@ -5,11 +5,8 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import time
-from collections.abc import Callable
 from pathlib import Path
 
-import pytest
 from textual.command import CommandList, CommandPalette
 from textual.widgets import Select, Static, TextArea
 
@@ -27,6 +24,7 @@ from console.widgets.header import GuardHeader
 from console.widgets.keys import KeysTable
 from console.widgets.trips import TripsTable
 from tests.conftest import request
+from tests.waits import eventually_async
 
 SIZE = (160, 45)
 
@@ -42,14 +40,6 @@ def row_text(table, key: str) -> list[str]:
 def cell(table, key: str, column: str):
     """One cell of a table's row, by the column's key (the agents table's columns can move)."""
     return table.get_cell(key, column)
-
-
-async def until(pilot, predicate: Callable[[], bool], timeout: float = 10.0, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for: {what}")
-        await pilot.pause(0.05)
 
 
 def app_for(guard, **kw) -> CBConsole:
@@ -86,30 +76,34 @@ def palette_offers(app: CBConsole, title: str) -> bool:
 
 async def select(pilot, app: CBConsole, agent: str) -> None:
     table = app.query_one(AgentsTable)
-    await until(pilot, lambda: agent in table.ordered_keys, what=f"{agent} on screen")
+    await eventually_async(lambda: agent in table.ordered_keys, what=f"{agent} on screen", pilot=pilot)
     table.move_cursor(row=table.get_row_index(agent))
-    await until(pilot, lambda: table.selected == agent, what=f"{agent} selected")
+    await eventually_async(lambda: table.selected == agent, what=f"{agent} selected", pilot=pilot)
 
 
 async def test_agents_keys_trips_and_header_show_live_state(guard):
     app = app_for(guard)
     async with app.run_test(size=SIZE) as pilot:
-        await until(pilot, lambda: app.state.guard_status == "attached", what="attached")
+        await eventually_async(lambda: app.state.guard_status == "attached", what="attached", pilot=pilot)
         await asyncio.to_thread(loop, guard, "looper-1", 9, harness="dsh")
         await asyncio.to_thread(loop, guard, "calm-1", 2, "read", {"path": "a"}, harness="claude-code")
         table = app.query_one(AgentsTable)
-        await until(pilot, lambda: {"looper-1", "calm-1"} <= set(table.ordered_keys), what="both agents")
+        await eventually_async(
+            lambda: {"looper-1", "calm-1"} <= set(table.ordered_keys), what="both agents", pilot=pilot
+        )
         looper = {column: cell(table, "looper-1", column).plain for column, _label, _width in AgentsTable.COLUMNS}
         assert looper["agent"] == "looper-1" and looper["harness"] == "dsh" and looper["calls"] == "6"
         assert looper["worst"].endswith("6/6") and looper["status"] == "duplicate"  # the status word itself
         assert table.get_row_index("looper-1") == 0  # most dangerous first
         keys = app.query_one(KeysTable)
-        await until(pilot, lambda: keys.row_count >= 1)
+        await eventually_async(lambda: keys.row_count >= 1, pilot=pilot)
         assert [c.plain for c in keys.get_row_at(0)][:3] == ["6/6", "web_search", 'web_search query="the same"']
         trips = app.query_one(TripsTable)
-        await until(pilot, lambda: trips.row_count == 1, what="one trip")
+        await eventually_async(lambda: trips.row_count == 1, what="one trip", pilot=pilot)
         assert row_text(trips, "0")[1:] == ["looper-1", "duplicate", "web_search", "6/6"]
-        await until(pilot, lambda: "checks 11" in text_of(app.query_one(GuardHeader)), what="the header redrawn")
+        await eventually_async(
+            lambda: "checks 11" in text_of(app.query_one(GuardHeader)), what="the header redrawn", pilot=pilot
+        )
         header = text_of(app.query_one(GuardHeader))
         assert "guard attached" in header and str(guard.socket) in header
         assert "duplicateLimit 6" in header and "window 200" in header and "maxCallsPerAgent 300" in header
@@ -126,8 +120,12 @@ async def test_cursor_stays_on_the_selected_agent_when_rows_reorder(guard):
         await select(pilot, app, "b-quiet")
         table = app.query_one(AgentsTable)
         await asyncio.to_thread(loop, guard, "c-looper", 8)  # a new, more dangerous row goes on top
-        await until(pilot, lambda: "c-looper" in table.ordered_keys and table.get_row_index("c-looper") == 0)
-        await pilot.pause(0.3)
+        header = app.query_one(GuardHeader)
+        await eventually_async(  # all 10 calls drawn: the header and the table are drawn from the same state
+            lambda: "checks 10" in text_of(header) and table.get_row_index("c-looper") == 0,
+            what="c-looper on top, every call drawn",
+            pilot=pilot,
+        )
         assert table.selected == "b-quiet"
         assert table.get_row_index("b-quiet") == table.cursor_row
 
@@ -138,17 +136,19 @@ async def test_interrupt_after_a_confirmation_that_names_the_agent_then_its_call
         await asyncio.to_thread(loop, guard, "runaway", 3)
         await select(pilot, app, "runaway")
         await pilot.press("i")
-        await until(pilot, lambda: isinstance(app.screen, ConfirmScreen), what="the confirmation")
+        await eventually_async(lambda: isinstance(app.screen, ConfirmScreen), what="the confirmation", pilot=pilot)
         body = str(app.screen.query_one("#body").content)
         assert "runaway" in body and "Stop 1 agent" in body
         await pilot.press("enter")  # the focused button is Cancel: enter alone does nothing harmful
-        await until(pilot, lambda: not isinstance(app.screen, ConfirmScreen))
+        await eventually_async(lambda: not isinstance(app.screen, ConfirmScreen), pilot=pilot)
         assert loop(guard, "runaway", 1, "read", {"p": 1})[0].allowed
         await pilot.press("i")
-        await until(pilot, lambda: isinstance(app.screen, ConfirmScreen))
+        await eventually_async(lambda: isinstance(app.screen, ConfirmScreen), pilot=pilot)
         await pilot.press("y")
         table = app.query_one(AgentsTable)
-        await until(pilot, lambda: cell(table, "runaway", "status").plain == "interrupted", what="status interrupted")
+        await eventually_async(
+            lambda: cell(table, "runaway", "status").plain == "interrupted", what="status interrupted", pilot=pilot
+        )
         d = (await asyncio.to_thread(loop, guard, "runaway", 1, "read", {"p": 2}))[0]
         assert (d.allowed, d.kind) == (False, "interrupted")
 
@@ -163,11 +163,11 @@ async def test_interrupting_marked_agents_names_all_of_them(guard):
             await pilot.press("space")
         assert app.state.marked == {"m-1", "m-3"}
         await pilot.press("i")
-        await until(pilot, lambda: isinstance(app.screen, ConfirmScreen))
+        await eventually_async(lambda: isinstance(app.screen, ConfirmScreen), pilot=pilot)
         body = str(app.screen.query_one("#body").content)
         assert "m-1" in body and "m-3" in body and "m-2" not in body and "Stop 2 agents" in body
         await pilot.press("y")
-        await until(pilot, lambda: not app.state.marked)
+        await eventually_async(lambda: not app.state.marked, pilot=pilot)
         kinds = {
             a: (await asyncio.to_thread(loop, guard, a, 1, "read", {"n": 9}))[0].kind for a in ("m-1", "m-2", "m-3")
         }
@@ -178,38 +178,44 @@ async def test_editing_duplicate_limit_writes_the_patch_file_and_applies_live(gu
     guard.patch.write_text("# operator layer\n- id: circuit-breaker\n  config:\n    window: 80  # keep me\n")
     app = app_for(guard)
     async with app.run_test(size=SIZE) as pilot:
-        await until(pilot, lambda: app.state.values.get("window") == 80, what="config from the file")
+        await eventually_async(lambda: app.state.values.get("window") == 80, what="config from the file", pilot=pilot)
         await pilot.press("e")
-        await until(pilot, lambda: isinstance(app.screen, ConfigScreen))
+        await eventually_async(lambda: isinstance(app.screen, ConfigScreen), pilot=pilot)
         box = app.screen.query_one("#f-duplicateLimit")
         box.value = "3"
-        await pilot.pause(0.1)
+        await pilot.pause()
         await pilot.press("ctrl+s")
-        await until(pilot, lambda: app.state.values.get("duplicateLimit") == 3, what="new limit on screen")
+        await eventually_async(
+            lambda: app.state.values.get("duplicateLimit") == 3, what="new limit on screen", pilot=pilot
+        )
         text = guard.patch.read_text()
         assert "duplicateLimit: 3" in text and "window: 80  # keep me" in text and text.startswith("# operator layer")
         decisions = await asyncio.to_thread(loop, guard, "after-edit", 4)
         assert [d.allowed for d in decisions] == [True, True, True, False]
         header = app.query_one(GuardHeader)
-        await until(pilot, lambda: "duplicateLimit 3" in text_of(header), what="the header redrawn")
+        await eventually_async(lambda: "duplicateLimit 3" in text_of(header), what="the header redrawn", pilot=pilot)
 
 
 async def test_the_config_form_refuses_bad_values_and_names_the_key(guard):
     app = app_for(guard)
     async with app.run_test(size=SIZE) as pilot:
-        await until(pilot, lambda: bool(app.state.values))
+        await eventually_async(lambda: bool(app.state.values), pilot=pilot)
         await pilot.press("e")
-        await until(pilot, lambda: isinstance(app.screen, ConfigScreen))
+        await eventually_async(lambda: isinstance(app.screen, ConfigScreen), pilot=pilot)
         form = app.screen
         problem = form.query_one("#p-window")
         form.query_one("#f-window").value = "0"
-        await until(pilot, lambda: "expected an integer from 1" in str(problem.content), what="the problem shown")
+        await eventually_async(
+            lambda: "expected an integer from 1" in str(problem.content), what="the problem shown", pilot=pilot
+        )
         await pilot.press("ctrl+s")
         assert app.screen is form and guard.patch.read_text() == ""  # not saved: the form is still open
         form.query_one("#f-window").value = "80"  # corrected, the same form saves
-        await until(pilot, lambda: str(problem.content) == "", what="the problem gone")
+        await eventually_async(lambda: str(problem.content) == "", what="the problem gone", pilot=pilot)
         await pilot.press("ctrl+s")
-        await until(pilot, lambda: app.state.values.get("window") == 80, what="the corrected value applied")
+        await eventually_async(
+            lambda: app.state.values.get("window") == 80, what="the corrected value applied", pilot=pilot
+        )
         assert "window: 80" in guard.patch.read_text()
 
 
@@ -223,52 +229,69 @@ async def choose_preset(pilot, form: ConfigScreen, preset: str) -> None:
     select = form.query_one("#f-preset", Select)
     select.focus()
     await pilot.press("enter")
-    await until(pilot, lambda: select.expanded, what="the preset list open")
+    await eventually_async(lambda: select.expanded, what="the preset list open", pilot=pilot)
     await pilot.press("home", *["down"] * BY_KEY["preset"].choices.index(preset), "enter")
-    await until(pilot, lambda: select.value == preset, what=f"{preset} chosen")
+    await eventually_async(lambda: select.value == preset, what=f"{preset} chosen", pilot=pilot)
 
 
 async def test_a_warned_agent_shows_warned_and_the_rule_then_the_deny_of_that_rule(guard):
     guard.patch.write_text(WARN_THEN_DENY)
     app = app_for(guard)
     async with app.run_test(size=SIZE) as pilot:
-        await until(pilot, lambda: app.state.values.get("preset") == "recommended", what="the preset in force")
+        await eventually_async(
+            lambda: app.state.values.get("preset") == "recommended", what="the preset in force", pilot=pilot
+        )
         table = app.query_one(AgentsTable)
         header = app.query_one(GuardHeader)
         # The third identical call in a row is allowed with the repeat rule's warning...
         decisions = await asyncio.to_thread(loop, guard, "poller", 3, "bash", {"command": "gh run view"})
         assert [d.allowed for d in decisions] == [True] * 3 and decisions[-1].warning
-        await until(pilot, lambda: "poller" in table.ordered_keys, what="the agent on screen")
-        await until(pilot, lambda: cell(table, "poller", "status").plain == "warned · repeat", what="warned")
+        await eventually_async(lambda: "poller" in table.ordered_keys, what="the agent on screen", pilot=pilot)
+        await eventually_async(
+            lambda: cell(table, "poller", "status").plain == "warned · repeat", what="warned", pilot=pilot
+        )
         assert app.main.roles()["warn"].lower() in str(cell(table, "poller", "status").style).lower()
         await select(pilot, app, "poller")
         detail = app.query_one(AgentDetail)
-        await until(pilot, lambda: "warns repeat 1" in text_of(detail), what="the warning in the detail")
-        await until(pilot, lambda: "warnings 1" in text_of(header), what="the warning in the header")
+        await eventually_async(
+            lambda: "warns repeat 1" in text_of(detail), what="the warning in the detail", pilot=pilot
+        )
+        await eventually_async(lambda: "warnings 1" in text_of(header), what="the warning in the header", pilot=pilot)
         assert "denies" not in text_of(detail)
         # ...and the fourth is denied by it: the status is the rule's deny kind, its trip is listed.
         (denied,) = await asyncio.to_thread(loop, guard, "poller", 1, "bash", {"command": "gh run view"})
         assert (denied.allowed, denied.kind) == (False, "repeat")
-        await until(pilot, lambda: cell(table, "poller", "status").plain == "repeat", what="denied by repeat")
+        await eventually_async(
+            lambda: cell(table, "poller", "status").plain == "repeat", what="denied by repeat", pilot=pilot
+        )
         assert app.main.roles()["trip"].lower() in str(cell(table, "poller", "status").style).lower()
-        await until(pilot, lambda: "denies repeat 1   warns repeat 1" in text_of(detail), what="both counts")
+        await eventually_async(
+            lambda: "denies repeat 1   warns repeat 1" in text_of(detail), what="both counts", pilot=pilot
+        )
         trips = app.query_one(TripsTable)
-        await until(pilot, lambda: trips.row_count == 1, what="the trip")
+        await eventually_async(lambda: trips.row_count == 1, what="the trip", pilot=pilot)
         assert row_text(trips, "0")[1:] == ["poller", "repeat", "bash", "3/3"]
-        await until(pilot, lambda: "denies 1 (repeat 1)   warnings 1" in text_of(header), what="the header's counts")
+        await eventually_async(
+            lambda: "denies 1 (repeat 1)   warnings 1" in text_of(header), what="the header's counts", pilot=pilot
+        )
         # An A-B-A-B loop: warned by the cycle rule, then denied by it; both denied agents are listed on top.
         calls = [("read", {"path": "a"}), ("read", {"path": "b"})] * 4
         client = GuardClient(guard.socket, harness="pytest", timeout=30)
         verdicts = [await asyncio.to_thread(client.check, "cycler", tool, args) for tool, args in calls[:6]]
         assert verdicts[-1].allowed and verdicts[-1].warning
-        await until(
-            pilot, lambda: "cycler" in table.ordered_keys and cell(table, "cycler", "status").plain == "warned · cycle"
+        await eventually_async(
+            lambda: "cycler" in table.ordered_keys and cell(table, "cycler", "status").plain == "warned · cycle",
+            pilot=pilot,
         )
         denied = await asyncio.to_thread(client.check, "cycler", *calls[6])
         client.close()
         assert (denied.allowed, denied.kind) == (False, "cycle")
-        await until(pilot, lambda: cell(table, "cycler", "status").plain == "cycle", what="denied by cycle")
-        await until(pilot, lambda: table.get_row_index("poller") < 2 and table.get_row_index("cycler") < 2)
+        await eventually_async(
+            lambda: cell(table, "cycler", "status").plain == "cycle", what="denied by cycle", pilot=pilot
+        )
+        await eventually_async(
+            lambda: table.get_row_index("poller") < 2 and table.get_row_index("cycler") < 2, pilot=pilot
+        )
 
 
 async def test_a_preset_and_overrides_in_the_patch_file_show_in_the_header_and_read_back_in_the_form(guard):
@@ -276,10 +299,12 @@ async def test_a_preset_and_overrides_in_the_patch_file_show_in_the_header_and_r
     app = app_for(guard)
     async with app.run_test(size=SIZE) as pilot:
         header = app.query_one(GuardHeader)
-        await until(pilot, lambda: "preset recommended" in text_of(header), what="the preset in the header")
+        await eventually_async(
+            lambda: "preset recommended" in text_of(header), what="the preset in the header", pilot=pilot
+        )
         assert "tools bash, [red]x" in text_of(header)  # a tool name is text, never markup
         await pilot.press("e")
-        await until(pilot, lambda: isinstance(app.screen, ConfigScreen))
+        await eventually_async(lambda: isinstance(app.screen, ConfigScreen), pilot=pilot)
         form = app.screen
         assert form.query_one("#f-preset", Select).value == "recommended"
         assert form.query_one("#f-repeatLimit").value == str(PRESETS["recommended"]["repeatLimit"])
@@ -290,16 +315,18 @@ async def test_a_preset_and_overrides_in_the_patch_file_show_in_the_header_and_r
 async def test_a_bad_per_tool_value_is_named_down_to_its_key_and_nothing_is_saved(guard):
     app = app_for(guard)
     async with app.run_test(size=SIZE) as pilot:
-        await until(pilot, lambda: bool(app.state.values))
+        await eventually_async(lambda: bool(app.state.values), pilot=pilot)
         await pilot.press("e")
-        await until(pilot, lambda: isinstance(app.screen, ConfigScreen))
+        await eventually_async(lambda: isinstance(app.screen, ConfigScreen), pilot=pilot)
         form = app.screen
         editor = form.query_one("#f-tools", TextArea)
         problem = form.query_one("#p-tools", Static)
         editor.focus()
         await pilot.press(*"bash: {repeatLimit: -1}")  # typed, as an operator does
         expected = BY_KEY["repeatLimit"].expected
-        await until(pilot, lambda: str(problem.content).startswith(f"tools.bash.repeatLimit: expected {expected}"))
+        await eventually_async(
+            lambda: str(problem.content).startswith(f"tools.bash.repeatLimit: expected {expected}"), pilot=pilot
+        )
         await pilot.press("ctrl+s")
         assert app.screen is form and guard.patch.read_text() == ""  # not saved: the form is still open
 
@@ -307,14 +334,18 @@ async def test_a_bad_per_tool_value_is_named_down_to_its_key_and_nothing_is_save
 async def test_choosing_a_preset_in_the_form_saves_only_the_preset_and_the_guard_applies_it(guard):
     app = app_for(guard)
     async with app.run_test(size=SIZE) as pilot:
-        await until(pilot, lambda: app.state.values.get("preset") == "seed", what="the config in force")
+        await eventually_async(
+            lambda: app.state.values.get("preset") == "seed", what="the config in force", pilot=pilot
+        )
         await pilot.press("e")
-        await until(pilot, lambda: isinstance(app.screen, ConfigScreen))
+        await eventually_async(lambda: isinstance(app.screen, ConfigScreen), pilot=pilot)
         form = app.screen
         await choose_preset(pilot, form, "recommended")
         assert form.query_one("#f-repeatLimit").value == str(PRESETS["recommended"]["repeatLimit"])
         await pilot.press("ctrl+s")
-        await until(pilot, lambda: app.state.values.get("preset") == "recommended", what="the preset applied")
+        await eventually_async(
+            lambda: app.state.values.get("preset") == "recommended", what="the preset applied", pilot=pilot
+        )
         text = guard.patch.read_text()
         # Only the preset is written: the keys it sets keep following it.
         assert "preset: recommended" in text and not any(key in text for key in PRESETS["recommended"])
@@ -328,30 +359,32 @@ async def test_choosing_a_preset_in_the_form_saves_only_the_preset_and_the_guard
 async def test_per_tool_overrides_saved_from_the_form_are_written_and_applied(guard):
     app = app_for(guard)
     async with app.run_test(size=SIZE) as pilot:
-        await until(pilot, lambda: bool(app.state.values))
+        await eventually_async(lambda: bool(app.state.values), pilot=pilot)
         await pilot.press("e")
-        await until(pilot, lambda: isinstance(app.screen, ConfigScreen))
+        await eventually_async(lambda: isinstance(app.screen, ConfigScreen), pilot=pilot)
         form = app.screen
         form.query_one("#f-tools", TextArea).text = "bash: {repeatLimit: 2}\nweb_search: {maxCalls: 50}"
-        await until(pilot, lambda: form.validate_form() is not None, what="a valid form")
+        await eventually_async(lambda: form.validate_form() is not None, what="a valid form", pilot=pilot)
         await pilot.press("ctrl+s")
         tools = {"bash": {"repeatLimit": 2}, "web_search": {"maxCalls": 50}}
-        await until(pilot, lambda: app.state.values.get("tools") == tools, what="the overrides applied")
+        await eventually_async(
+            lambda: app.state.values.get("tools") == tools, what="the overrides applied", pilot=pilot
+        )
         values = request(guard.operator, {"op": "config_get", "id": 1})["config"]["values"]
         assert values["tools"] == tools and values["preset"] == "seed"  # nothing else was sent
         assert "bash: {repeatLimit: 2}" in guard.patch.read_text()
         decisions = await asyncio.to_thread(loop, guard, "overridden", 3, "bash", {"command": "ls"})
         assert [d.kind for d in decisions] == [None, None, "repeat"]
-        await until(pilot, lambda: "tools bash, web_search" in text_of(app.query_one(GuardHeader)))
+        await eventually_async(lambda: "tools bash, web_search" in text_of(app.query_one(GuardHeader)), pilot=pilot)
 
 
 async def test_a_hand_edit_of_the_patch_file_shows_up_live(guard):
     app = app_for(guard)
     async with app.run_test(size=SIZE) as pilot:
-        await until(pilot, lambda: bool(app.state.values))
+        await eventually_async(lambda: bool(app.state.values), pilot=pilot)
         guard.patch.write_text("- id: circuit-breaker\n  config:\n    maxCallsPerAgent: 42\n")
         header = app.query_one(GuardHeader)
-        await until(pilot, lambda: "maxCallsPerAgent 42" in text_of(header), what="the edit on screen")
+        await eventually_async(lambda: "maxCallsPerAgent 42" in text_of(header), what="the edit on screen", pilot=pilot)
 
 
 async def test_exempt_then_unexempt_the_selected_keys_tool(guard):
@@ -360,17 +393,19 @@ async def test_exempt_then_unexempt_the_selected_keys_tool(guard):
         await asyncio.to_thread(loop, guard, "searcher", 7)
         await select(pilot, app, "searcher")
         await pilot.press("x")
-        await until(pilot, lambda: isinstance(app.screen, ConfirmScreen))
+        await eventually_async(lambda: isinstance(app.screen, ConfirmScreen), pilot=pilot)
         assert "web_search" in str(app.screen.query_one("#body").content)
         await pilot.press("y")
-        await until(pilot, lambda: "web_search" in app.state.values.get("exempt", []), what="exempt on screen")
+        await eventually_async(
+            lambda: "web_search" in app.state.values.get("exempt", []), what="exempt on screen", pilot=pilot
+        )
         assert "web_search" in guard.patch.read_text()
         assert all(d.allowed for d in await asyncio.to_thread(loop, guard, "searcher", 5))
         await pilot.press("x")
-        await until(pilot, lambda: isinstance(app.screen, ConfirmScreen))
+        await eventually_async(lambda: isinstance(app.screen, ConfirmScreen), pilot=pilot)
         assert "Un-exempt" in str(app.screen.query_one("#body").content)
         await pilot.press("y")
-        await until(pilot, lambda: "web_search" not in app.state.values.get("exempt", []))
+        await eventually_async(lambda: "web_search" not in app.state.values.get("exempt", []), pilot=pilot)
         assert not (await asyncio.to_thread(loop, guard, "searcher", 1))[0].allowed
 
 
@@ -379,13 +414,13 @@ async def test_exempt_from_the_top_keys_table_uses_that_keys_tool(guard):
     async with app.run_test(size=SIZE) as pilot:
         await asyncio.to_thread(loop, guard, "r1", 3, "read", {"path": "same"})
         keys = app.query_one(KeysTable)
-        await until(pilot, lambda: keys.row_count >= 1)
+        await eventually_async(lambda: keys.row_count >= 1, pilot=pilot)
         keys.focus()
         await pilot.press("x")
-        await until(pilot, lambda: isinstance(app.screen, ConfirmScreen))
+        await eventually_async(lambda: isinstance(app.screen, ConfirmScreen), pilot=pilot)
         assert "Exempt read" in str(app.screen.query_one("#body").content)
         await pilot.press("n")
-        await until(pilot, lambda: not isinstance(app.screen, ConfirmScreen))
+        await eventually_async(lambda: not isinstance(app.screen, ConfirmScreen), pilot=pilot)
         assert "read" not in (request(guard.operator, {"op": "config_get", "id": 1})["config"]["values"]["exempt"])
 
 
@@ -396,22 +431,24 @@ async def test_reset_clears_the_agents_counts(guard):
         await select(pilot, app, "resettable")
         await pilot.press("r")
         table = app.query_one(AgentsTable)
-        await until(pilot, lambda: cell(table, "resettable", "calls").plain == "0", what="calls back to 0")
+        await eventually_async(
+            lambda: cell(table, "resettable", "calls").plain == "0", what="calls back to 0", pilot=pilot
+        )
         assert (await asyncio.to_thread(loop, guard, "resettable", 1))[0].allowed
 
 
 async def test_pause_and_resume_the_guard(guard):
     app = app_for(guard)
     async with app.run_test(size=SIZE) as pilot:
-        await until(pilot, lambda: bool(app.state.stats))
+        await eventually_async(lambda: bool(app.state.stats), pilot=pilot)
         await pilot.press("p")
-        await until(pilot, lambda: isinstance(app.screen, ConfirmScreen))
+        await eventually_async(lambda: isinstance(app.screen, ConfirmScreen), pilot=pilot)
         await pilot.press("y")
         header = app.query_one(GuardHeader)
-        await until(pilot, lambda: "GUARD PAUSED" in text_of(header), what="paused on screen")
+        await eventually_async(lambda: "GUARD PAUSED" in text_of(header), what="paused on screen", pilot=pilot)
         assert all(d.allowed for d in await asyncio.to_thread(loop, guard, "free", 10))
         await pilot.press("p")  # resuming needs no confirmation
-        await until(pilot, lambda: "GUARD PAUSED" not in text_of(header))
+        await eventually_async(lambda: "GUARD PAUSED" not in text_of(header), pilot=pilot)
         assert [d.allowed for d in await asyncio.to_thread(loop, guard, "free", 7)] == [True] * 6 + [False]
 
 
@@ -420,15 +457,15 @@ async def test_freezing_screen_updates_holds_the_picture_until_unfrozen(guard):
     async with app.run_test(size=SIZE) as pilot:
         await asyncio.to_thread(loop, guard, "f-1", 1, "read", {"p": 0})
         table = app.query_one(AgentsTable)
-        await until(pilot, lambda: "f-1" in table.ordered_keys)
+        await eventually_async(lambda: "f-1" in table.ordered_keys, pilot=pilot)
         await pilot.press("z")
         assert "screen frozen" in text_of(app.query_one(GuardHeader))
         await asyncio.to_thread(loop, guard, "f-2", 1, "read", {"p": 0})
-        await until(pilot, lambda: "f-2" in app.state.agents, what="the state has it")
+        await eventually_async(lambda: "f-2" in app.state.agents, what="the state has it", pilot=pilot)
         app.main.flush()  # what the 10 Hz redraw runs
         assert "f-2" not in table.ordered_keys  # the screen does not show it yet
         await pilot.press("z")
-        await until(pilot, lambda: "f-2" in table.ordered_keys)
+        await eventually_async(lambda: "f-2" in table.ordered_keys, pilot=pilot)
 
 
 async def test_filter_shows_only_matching_agents(guard):
@@ -437,23 +474,25 @@ async def test_filter_shows_only_matching_agents(guard):
         for agent in ("alpha-1", "beta-1", "alpha-2"):
             await asyncio.to_thread(loop, guard, agent, 1, "read", {"p": agent})
         table = app.query_one(AgentsTable)
-        await until(pilot, lambda: table.row_count == 3)
+        await eventually_async(lambda: table.row_count == 3, pilot=pilot)
         await pilot.press("slash")
         await pilot.press(*"alpha")
-        await until(pilot, lambda: set(table.ordered_keys) == {"alpha-1", "alpha-2"}, what="filtered rows")
+        await eventually_async(
+            lambda: set(table.ordered_keys) == {"alpha-1", "alpha-2"}, what="filtered rows", pilot=pilot
+        )
         await pilot.press("escape")
-        await until(pilot, lambda: table.row_count == 3, what="filter cleared")
+        await eventually_async(lambda: table.row_count == 3, what="filter cleared", pilot=pilot)
 
 
 async def test_help_lists_every_key(guard):
     app = app_for(guard)
     async with app.run_test(size=SIZE) as pilot:
         await pilot.press("question_mark")
-        await until(pilot, lambda: isinstance(app.screen, HelpScreen))
+        await eventually_async(lambda: isinstance(app.screen, HelpScreen), pilot=pilot)
         keys = {k for k, _action, _tip in app.screen.keys}
         assert {"i", "e", "x", "p", "r", "u", "space", "z", "slash", "q"} <= keys
         await pilot.press("escape")
-        await until(pilot, lambda: not isinstance(app.screen, HelpScreen))
+        await eventually_async(lambda: not isinstance(app.screen, HelpScreen), pilot=pilot)
 
 
 async def test_every_action_is_in_the_command_palette_and_runs_from_it(guard):
@@ -476,19 +515,23 @@ async def test_every_action_is_in_the_command_palette_and_runs_from_it(guard):
             "Theme: high-contrast",
         ):
             assert title in titles
-        await until(pilot, lambda: bool(app.state.stats))
+        await eventually_async(lambda: bool(app.state.stats), pilot=pilot)
         await pilot.press("ctrl+p")
         await pilot.press(*"Pause guard")
-        await until(pilot, lambda: palette_offers(app, "Pause guard"), what="the palette offers it")
+        await eventually_async(lambda: palette_offers(app, "Pause guard"), what="the palette offers it", pilot=pilot)
         await pilot.press("enter")
-        await until(pilot, lambda: isinstance(app.screen, ConfirmScreen), what="the palette ran the action")
+        await eventually_async(
+            lambda: isinstance(app.screen, ConfirmScreen), what="the palette ran the action", pilot=pilot
+        )
         assert "Pause the guard?" in str(app.screen.query_one("#title").content)
         await pilot.press("n")
         await pilot.press("ctrl+p")
         await pilot.press(*"Theme: light")
-        await until(pilot, lambda: palette_offers(app, "Theme: light"), what="the palette offers it")
+        await eventually_async(lambda: palette_offers(app, "Theme: light"), what="the palette offers it", pilot=pilot)
         await pilot.press("enter")
-        await until(pilot, lambda: app.theme == "cbconsole-light", what="the theme switched from the palette")
+        await eventually_async(
+            lambda: app.theme == "cbconsole-light", what="the theme switched from the palette", pilot=pilot
+        )
 
 
 async def test_themes_switch_live_and_recolour_cells(guard):
@@ -496,10 +539,12 @@ async def test_themes_switch_live_and_recolour_cells(guard):
     async with app.run_test(size=SIZE) as pilot:
         await asyncio.to_thread(loop, guard, "t-loop", 7)
         table = app.query_one(AgentsTable)
-        await until(pilot, lambda: "t-loop" in table.ordered_keys)
+        await eventually_async(lambda: "t-loop" in table.ordered_keys, pilot=pilot)
         dark_style = str(cell(table, "t-loop", "status").style)
         app.theme = "cbconsole-light"
-        await until(pilot, lambda: str(cell(table, "t-loop", "status").style) != dark_style, what="recoloured status")
+        await eventually_async(
+            lambda: str(cell(table, "t-loop", "status").style) != dark_style, what="recoloured status", pilot=pilot
+        )
         assert app.main.roles()["trip"].lower() in str(cell(table, "t-loop", "status").style).lower()
 
 
@@ -511,7 +556,7 @@ async def test_readonly_greys_out_every_action_that_changes_the_guard(guard):
         for action in ("interrupt", "edit_config", "exempt", "pause_guard", "reset", "uninterrupt"):
             assert app.main.check_action(action, ()) is None
         await pilot.press("i", "question_mark")  # keys are handled in order: help opens right on the main screen
-        await until(pilot, lambda: isinstance(app.screen, HelpScreen), what="help")
+        await eventually_async(lambda: isinstance(app.screen, HelpScreen), what="help", pilot=pilot)
         assert not any(isinstance(screen, ConfirmScreen) for screen in app.screen_stack)
         assert "read-only" in text_of(app.query_one(GuardHeader))
         assert (await asyncio.to_thread(loop, guard, "ro", 1))[0].kind != "interrupted"
@@ -523,26 +568,31 @@ async def test_trips_log_says_how_many_are_new_when_scrolled_up(guard):
         for i in range(20):
             await asyncio.to_thread(loop, guard, f"tr-{i}", 7)
         trips = app.query_one(TripsTable)
-        await until(pilot, lambda: trips.row_count == 20)
-        await pilot.pause(0.3)
+        await eventually_async(  # the log follows its newest trip: all 20 rows laid out, scrolled to the bottom
+            lambda: trips.row_count == 20 and trips.virtual_size.height > 20 and trips.max_scroll_y and trips.at_bottom,
+            what="the 20th trip in view at the bottom",
+            pilot=pilot,
+        )
         trips.scroll_home(animate=False)
-        await until(pilot, lambda: trips.scroll_y == 0 and not trips.at_bottom, what="scrolled to the top")
+        await eventually_async(
+            lambda: trips.scroll_y == 0 and not trips.at_bottom, what="scrolled to the top", pilot=pilot
+        )
         for i in range(20, 23):
             await asyncio.to_thread(loop, guard, f"tr-{i}", 7)
         title = app.query_one("#trips-title")
-        await until(pilot, lambda: "3 new" in text_of(title), what="the new count")
+        await eventually_async(lambda: "3 new" in text_of(title), what="the new count", pilot=pilot)
 
 
 async def test_quit_with_harnesses_connected_asks_and_can_leave_the_guard_running(tmp_path, monkeypatch):
     app, sock = owning_console(tmp_path, monkeypatch, patches=(str(tmp_path / "layer.yml"),))
     harness = None
     async with app.run_test(size=SIZE) as pilot:
-        await until(pilot, lambda: app.state.guard_status == "running", what="our guard running")
+        await eventually_async(lambda: app.state.guard_status == "running", what="our guard running", pilot=pilot)
         harness = GuardClient(sock, harness="dsh", timeout=30)
         harness.check("h-1", "read", {"p": 1})
-        await until(pilot, lambda: app.state.harnesses == {"dsh": 1}, what="the harness seen")
+        await eventually_async(lambda: app.state.harnesses == {"dsh": 1}, what="the harness seen", pilot=pilot)
         await pilot.press("q")
-        await until(pilot, lambda: isinstance(app.screen, ConfirmScreen))
+        await eventually_async(lambda: isinstance(app.screen, ConfirmScreen), pilot=pilot)
         assert "dsh (1)" in str(app.screen.query_one("#body").content)
         await pilot.press("l")  # leave it running
     assert harness.check("h-1", "read", {"p": 2}).fallback is False  # the guard outlived the console
@@ -554,30 +604,37 @@ async def test_quit_with_harnesses_connected_asks_and_can_leave_the_guard_runnin
 async def test_quit_without_harnesses_stops_the_guard_it_started(tmp_path, monkeypatch):
     app, sock = owning_console(tmp_path, monkeypatch)
     async with app.run_test(size=SIZE) as pilot:
-        await until(pilot, lambda: app.state.guard_status == "running")
+        await eventually_async(lambda: app.state.guard_status == "running", pilot=pilot)
         pid = app.session.supervisor.pid
         await pilot.press("q")
     assert pid is not None
-    with pytest.raises(ProcessLookupError):
-        for _ in range(100):
+
+    def gone() -> bool:
+        try:
             os.kill(pid, 0)
-            await asyncio.sleep(0.05)
+        except ProcessLookupError:
+            return True
+        return False
+
+    await eventually_async(gone, what=f"the guard (pid {pid}) to exit")
     assert not sock.exists()
 
 
 async def test_a_guard_that_dies_is_restarted_and_the_screen_says_so(tmp_path, monkeypatch):
     app, sock = owning_console(tmp_path, monkeypatch)
     async with app.run_test(size=SIZE) as pilot:
-        await until(pilot, lambda: app.state.guard_status == "running")
+        await eventually_async(lambda: app.state.guard_status == "running", pilot=pilot)
         supervisor = app.session.supervisor
         first = supervisor.pid
         os.kill(first, signal.SIGKILL)
         header = app.query_one(GuardHeader)
-        await until(pilot, lambda: "restarting" in text_of(header) or supervisor.restarts >= 1, what="restart")
-        await until(
-            pilot,
+        await eventually_async(
+            lambda: "restarting" in text_of(header) or supervisor.restarts >= 1, what="restart", pilot=pilot
+        )
+        await eventually_async(
             lambda: app.state.guard_status == "running" and supervisor.pid not in (None, first),
             what="running again",
+            pilot=pilot,
         )
         assert supervisor.restarts == 1
         assert GuardClient(sock, timeout=30).check("after-restart", "read", {}).fallback is False
@@ -587,10 +644,12 @@ async def test_a_guard_that_dies_is_restarted_and_the_screen_says_so(tmp_path, m
 async def test_starting_next_to_a_running_guard_attaches_to_it(guard):
     app = CBConsole(OwnGuard(guard.socket, options=GuardOptions(log_path=Path("/dev/null"))))
     async with app.run_test(size=SIZE) as pilot:
-        await until(pilot, lambda: app.state.guard_status == "attached")
+        await eventually_async(lambda: app.state.guard_status == "attached", pilot=pilot)
         assert app.session.supervisor is None
         header = app.query_one(GuardHeader)
-        await until(pilot, lambda: f"pid {guard.pid}" in text_of(header), what="the guard's pid on screen")
+        await eventually_async(
+            lambda: f"pid {guard.pid}" in text_of(header), what="the guard's pid on screen", pilot=pilot
+        )
         await pilot.press("q")
     assert request(guard.socket, {"op": "ping", "id": 1})["pong"]  # not ours: left alone
 
@@ -602,9 +661,13 @@ async def test_replay_plays_a_real_transcript_into_the_live_guard(guard):
     )
     async with app.run_test(size=SIZE) as pilot:
         table = app.query_one(AgentsTable)
-        await until(pilot, lambda: table.row_count == 2, what="both recorded agents on screen", timeout=20)
+        await eventually_async(
+            lambda: table.row_count == 2, what="both recorded agents on screen", timeout=20, pilot=pilot
+        )
         sub = next(a for a in app.state.agents.values() if a.data.parent)
-        await until(pilot, lambda: app.state.agents[sub.id].data.status == "duplicate", what="the loop")
+        await eventually_async(
+            lambda: app.state.agents[sub.id].data.status == "duplicate", what="the loop", pilot=pilot
+        )
         assert app.state.agents[sub.id].data.harness == "dsh"
         assert app.state.agents[sub.id].data.calls == 6  # ten echo cbprobe4: six ran, four denied
         await pilot.press("q")
@@ -624,8 +687,11 @@ async def test_demo_shows_every_kind_of_agent_within_seconds(tmp_path):
             "session-demo-prober": "duplicate",  # echo cbprobe4 with a new description each time
             "3f2a9c1e-demo-subagent": "duplicate",
         }
-        await until(
-            pilot, lambda: expected.items() <= statuses().items(), timeout=60, what="every kind of agent on screen"
+        await eventually_async(
+            lambda: expected.items() <= statuses().items(),
+            timeout=60,
+            what="every kind of agent on screen",
+            pilot=pilot,
         )
         assert app.state.agents["3f2a9c1e-demo-subagent"].data.parent == "session-demo-healthy"
         assert "session-demo-healthy" in statuses()

@@ -8,26 +8,18 @@ import shlex
 import shutil
 import signal
 import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from breaker.client import GuardClient
 from tests.conftest import ROOT, Tmux, request
+from tests.waits import eventually
 
 pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="needs tmux (.ci/run installs it)")
 
 ENDING = [signal.SIGHUP, signal.SIGTERM]
-
-
-def wait_until(predicate: Callable[[], object], what: str, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for: {what}")
-        time.sleep(0.05)
 
 
 def alive(pid: int) -> bool:
@@ -43,7 +35,7 @@ def stop_left(guard: int) -> None:
     """Stop a guard a test left serving (SIGTERM), once it is gone."""
     if alive(guard):
         os.kill(guard, signal.SIGTERM)
-        wait_until(lambda: not alive(guard), "the guard to stop")
+        eventually(lambda: not alive(guard), what="the guard to stop")
 
 
 def cmdline(pid: int) -> str:
@@ -112,7 +104,7 @@ class Terminal:
         console = f"env -u COLUMNS -u LINES -u CBCONSOLE_SOCKET {assigns} {sys.executable} -m console.cli"
         self.tmux.start(f"cd {ROOT} && {console} {shlex.join(args)}; echo CONSOLE-EXITED $?; sleep 60")
         shell = self.tmux.pane_pid()
-        wait_until(lambda: self._find_console(shell), "the console process")
+        eventually(lambda: self._find_console(shell), what="the console process")
         self.console_pid = self._find_console(shell)
         return self.console_pid
 
@@ -130,7 +122,7 @@ class Terminal:
         def find() -> int:
             return next((p for p in children(self.console_pid) if marker in cmdline(p)), 0)
 
-        wait_until(find, f"the console's {marker} child", timeout)
+        eventually(find, what=f"the console's {marker} child", timeout=timeout)
         return find()
 
     def left_running(self) -> dict[int, str]:
@@ -165,9 +157,9 @@ def test_closing_the_terminal_stops_the_demo_guard_and_driver_and_removes_the_de
     [demo_dir] = term.demo_dirs()
     assert (demo_dir / "h" / "guard.sock").exists()
     term.tmux.run("kill-session", "-t", "main")
-    wait_until(lambda: not alive(guard), "the demo guard to exit")
-    wait_until(lambda: not alive(driver), "the demo driver to exit")
-    wait_until(lambda: not alive(console), "the console to exit")
+    eventually(lambda: not alive(guard), what="the demo guard to exit")
+    eventually(lambda: not alive(driver), what="the demo driver to exit")
+    eventually(lambda: not alive(console), what="the console to exit")
     assert not demo_dir.exists()
     assert f"cbconsole exited on SIGHUP; it stopped the guard it started (pid {guard})" in term.log_text()
 
@@ -178,8 +170,8 @@ def test_a_signal_stops_the_guard_it_started_when_no_harness_uses_it(term, sig):
     term.tmux.wait_for("guard running", timeout=60)
     guard = term.child("breaker.headless")
     os.kill(console, sig)
-    wait_until(lambda: not alive(guard), "the guard to exit")
-    wait_until(lambda: not alive(console), "the console to exit")
+    eventually(lambda: not alive(guard), what="the guard to exit")
+    eventually(lambda: not alive(console), what="the console to exit")
     assert not term.socket.exists()
     assert f"cbconsole exited on {sig.name}; it stopped the guard it started (pid {guard})" in term.log_text()
     if sig == signal.SIGTERM:  # the terminal is still there: the console restored it and said how it ended
@@ -197,7 +189,7 @@ def test_a_signal_leaves_a_guard_that_harnesses_use_serving_and_says_so_in_its_l
         assert dsh.check("sig-a", "read", {"p": 1}).fallback is False
         assert claude.check("sig-b", "read", {"p": 1}).fallback is False
         os.kill(console, sig)
-        wait_until(lambda: not alive(console), "the console to exit")
+        eventually(lambda: not alive(console), what="the console to exit")
         line = (
             f"cbconsole exited on {sig.name}; the guard keeps serving 2 harness connection(s) "
             f"(claude-code 1, dsh 1); stop it with kill {guard}"
@@ -220,7 +212,7 @@ def test_leave_running_keeps_the_guard_on_a_signal_as_on_quit(term):
     guard = term.child("breaker.headless")
     try:
         os.kill(console, signal.SIGTERM)
-        wait_until(lambda: not alive(console), "the console to exit")
+        eventually(lambda: not alive(console), what="the console to exit")
         assert alive(guard)
         assert request(term.socket, {"op": "ping", "id": 1})["pong"]
         line = f"cbconsole exited on SIGTERM; the guard keeps serving (--leave-running); stop it with kill {guard}"
@@ -235,7 +227,7 @@ def test_a_signal_never_touches_a_guard_the_console_attached_to(term, guard, sig
     term.tmux.wait_for("guard attached", timeout=60)
     assert not any("breaker.headless" in cmdline(p) for p in children(console))
     os.kill(console, sig)
-    wait_until(lambda: not alive(console), "the console to exit")
+    eventually(lambda: not alive(console), what="the console to exit")
     assert guard.proc.poll() is None
     assert request(guard.socket, {"op": "ping", "id": 1})["pong"]
     assert "cbconsole exited" not in term.log_text()
@@ -247,8 +239,8 @@ def test_a_console_ended_while_its_guard_is_starting_leaves_nothing_behind(term,
     console = term.start(*(["--demo"] if mode == "demo" else []))
     guard = term.child("breaker.headless")  # the guard was just forked: it is not serving yet
     os.kill(console, sig)
-    wait_until(lambda: not alive(console), "the console to exit")
-    wait_until(lambda: not alive(guard), "the guard to exit")
+    eventually(lambda: not alive(console), what="the console to exit")
+    eventually(lambda: not alive(guard), what="the guard to exit")
     assert term.left_running() == {}
     assert term.demo_dirs() == []
     assert not term.socket.exists()
@@ -264,9 +256,9 @@ def test_a_kill_9_of_the_demo_console_stops_its_guard_and_driver_and_removes_the
     term.tmux.wait_for("Agents — most dangerous first (5)", timeout=60)
     [demo_dir] = term.demo_dirs()
     os.kill(console, signal.SIGKILL)
-    wait_until(lambda: not alive(guard), "the demo guard to exit")
-    wait_until(lambda: not alive(driver), "the demo driver to exit")
-    wait_until(lambda: not demo_dir.exists(), "the demo's directory removed")
+    eventually(lambda: not alive(guard), what="the demo guard to exit")
+    eventually(lambda: not alive(driver), what="the demo driver to exit")
+    eventually(lambda: not demo_dir.exists(), what="the demo's directory removed")
     assert term.left_running() == {}
 
 
@@ -275,7 +267,7 @@ def test_a_kill_9_of_the_console_stops_the_guard_it_started_when_no_harness_uses
     term.tmux.wait_for("guard running", timeout=60)
     guard = term.child("breaker.headless")
     os.kill(console, signal.SIGKILL)
-    wait_until(lambda: not alive(guard), "the guard to exit")
+    eventually(lambda: not alive(guard), what="the guard to exit")
     assert not term.socket.exists()
     log = term.log_text()
     assert "the console that started this guard has ended: stopping" in log and "guard stopped" in log
@@ -290,7 +282,7 @@ def test_a_kill_9_of_the_console_leaves_a_guard_that_harnesses_use_serving_and_s
         assert dsh.check("k9-a", "read", {"p": 1}).fallback is False
         os.kill(console, signal.SIGKILL)
         line = "the console that started this guard has ended; the guard keeps serving 1 harness connection(s) "
-        wait_until(lambda: line in term.log_text(), "the guard to say it keeps serving")
+        eventually(lambda: line in term.log_text(), what="the guard to say it keeps serving")
         assert f"('dsh' 1); stop it with kill {guard}" in term.log_text()
         looped = [dsh.check("k9-a", "web_search", {"q": "same"}) for _ in range(7)]
         assert [d.fallback for d in looped] == [False] * 7 and looped[-1].kind == "duplicate"
@@ -306,7 +298,7 @@ def test_a_kill_9_with_leave_running_leaves_the_guard_serving(term):
     assert "--parent-fd" not in cmdline(guard)  # it never watches the console
     try:
         os.kill(console, signal.SIGKILL)
-        wait_until(lambda: not alive(console), "the console to exit")
+        eventually(lambda: not alive(console), what="the console to exit")
         assert request(term.socket, {"op": "ping", "id": 1})["pong"] and alive(guard)
     finally:
         stop_left(guard)

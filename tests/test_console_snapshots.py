@@ -32,6 +32,7 @@ from console.widgets.detail import AgentDetail
 from console.widgets.header import GuardHeader
 from console.widgets.keys import KeysTable
 from console.widgets.trips import TripsTable
+from tests.waits import eventually_async
 
 T0 = 1_800_000_000.0
 SIZE = (150, 40)
@@ -776,10 +777,7 @@ async def test_markup_in_agent_ids_tool_names_and_args_is_shown_literally_and_br
         assert app.query_one(TripsTable).row_count == len(HOSTILE)
         for name in HOSTILE:  # the detail line too, for each selected agent
             table.move_cursor(row=table.get_row_index(name))
-            for _ in range(50):
-                await pilot.pause(0.02)
-                if table.selected == name:
-                    break
+            await eventually_async(lambda name=name: table.selected == name, what=f"{name!r} selected", pilot=pilot)
             app.state.changed()
             app.main.flush()
             assert name.replace("\x1b", "\\x1b") in str(app.query_one("#detail").content)

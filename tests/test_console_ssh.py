@@ -12,7 +12,6 @@ import shutil
 import socket
 import subprocess
 import tempfile
-import time
 from pathlib import Path
 
 import pytest
@@ -24,7 +23,8 @@ from console.session import FleetSession
 from console.state import agent_key
 from console.widgets.agents import AgentsTable
 from tests.conftest import ROOT, request
-from tests.test_console_pilot import SIZE, loop, until
+from tests.test_console_pilot import SIZE, loop
+from tests.waits import eventually, eventually_async
 
 DOC = ROOT / "docs" / "console.md"
 SSHD = shutil.which("sshd") or "/usr/sbin/sshd"
@@ -78,15 +78,17 @@ class Sshd:
             stdout=subprocess.DEVNULL,
             stderr=open(d / "sshd.log", "wb"),
         )
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
-                break
-            except OSError:
-                if self.proc.poll() is not None or time.monotonic() > deadline:
-                    raise AssertionError(f"sshd did not start:\n{(d / 'sshd.log').read_text()}") from None
-                time.sleep(0.05)
+
+        def listening() -> bool:
+            if self.proc.poll() is not None:
+                raise AssertionError("sshd exited")
+            socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
+            return True
+
+        try:
+            eventually(listening, what=f"sshd to listen on port {self.port}", ignoring=(OSError,))
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}:\n{(d / 'sshd.log').read_text()}") from None
 
     def stop(self) -> None:
         self.proc.terminate()
@@ -129,11 +131,14 @@ async def test_a_remote_guards_operator_socket_forwarded_by_ssh_as_documented_is
     forward = subprocess.Popen(["ssh", "-F", str(sshd.dir / "ssh_config"), *argv[2:]], stderr=subprocess.PIPE)
     forwarded = Path(env["local"]) / "operator.sock"
     try:
-        deadline = time.monotonic() + 30
-        while not forwarded.exists():
+
+        def forwarding() -> bool:
+            if forwarded.exists():
+                return True
             assert forward.poll() is None, forward.stderr.read().decode() if forward.stderr else ""
-            assert time.monotonic() < deadline, "the forward never appeared"
-            time.sleep(0.05)
+            return False
+
+        eventually(forwarding, what="the forwarded socket")
         assert (forwarded.stat().st_mode & 0o777) == 0o600 and forwarded.stat().st_uid == os.getuid()
         assert request(forwarded, {"op": "ping", "id": 1})["pong"] is True  # the remote guard's operator plane
 
@@ -150,23 +155,31 @@ async def test_a_remote_guards_operator_socket_forwarded_by_ssh_as_documented_is
         async with app.run_test(size=SIZE) as pilot:
             table = app.query_one(AgentsTable)
             far = agent_key(0, "far-agent", fleet=True)
-            await until(pilot, lambda: far in table.ordered_keys and table.row_count == 2, what="both guards' agents")
+            await eventually_async(
+                lambda: far in table.ordered_keys and table.row_count == 2, what="both guards' agents", pilot=pilot
+            )
             assert table.get_cell(far, "guard").plain == "guardhost"
             assert table.get_cell(far, "status").plain == "duplicate"
             table.move_cursor(row=table.get_row_index(far))
             await pilot.press("i")
-            await until(pilot, lambda: isinstance(app.screen, ConfirmScreen), what="the confirmation")
+            await eventually_async(lambda: isinstance(app.screen, ConfirmScreen), what="the confirmation", pilot=pilot)
             await pilot.press("y")
             state = lambda: request(remote.operator, {"op": "snapshot", "id": 1})["state"]["agents"]  # noqa: E731
-            await until(pilot, lambda: state()[0]["status"] == "interrupted", what="interrupted through the forward")
+            await eventually_async(
+                lambda: state()[0]["status"] == "interrupted", what="interrupted through the forward", pilot=pilot
+            )
 
             forward.terminate()  # the connection drops: that guard is shown unreachable, the other goes on
             forward.wait(10)
             forwarded.unlink(missing_ok=True)
-            await until(pilot, lambda: app.state.guards[0].status == "unreachable", what="the remote shown gone")
+            await eventually_async(
+                lambda: app.state.guards[0].status == "unreachable", what="the remote shown gone", pilot=pilot
+            )
             assert app.state.guards[1].status == "attached"
             forward = subprocess.Popen(["ssh", "-F", str(sshd.dir / "ssh_config"), *argv[2:]])
-            await until(pilot, lambda: app.state.guards[0].status == "attached", what="back by itself", timeout=30)
+            await eventually_async(
+                lambda: app.state.guards[0].status == "attached", what="back by itself", timeout=30, pilot=pilot
+            )
             await asyncio.sleep(0)
     finally:
         forward.terminate()

@@ -4,29 +4,31 @@ from __future__ import annotations
 
 import shutil
 import sys
-import time
 
 import pytest
 
 from breaker.client import GuardClient
 from tests.conftest import ROOT
+from tests.waits import eventually
 
 pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="needs tmux (.ci/run installs it)")
 
 
-def agent_row(tmux, agent: str, harness: str, status: str, timeout: float = 20.0) -> str:
+def agent_row(tmux, agent: str, harness: str, status: str) -> str:
     """The agents table's line for `agent` once it shows `status`. The trips list and the top calls name the
     agent and the same words too, but only the agents table shows its harness."""
-    deadline = time.monotonic() + timeout
-    while True:
-        screen = tmux.screen()
-        for line in screen.splitlines():
+
+    def row() -> str | None:
+        for line in tmux.screen().splitlines():
             padded = f"{line} "  # the pane trims trailing blanks; the harness may be the last column
             if agent in line and f" {harness} " in padded and f" {status} " in padded:
                 return line
-        if time.monotonic() > deadline:
-            raise AssertionError(f"no row of {agent!r} with status {status!r}:\n{screen}")
-        time.sleep(0.1)
+        return None
+
+    try:
+        return eventually(row, what=f"a row of {agent!r} with status {status!r}")
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}:\n{tmux.screen()}") from None
 
 
 def test_cbconsole_in_a_terminal_shows_a_loop_forming_and_interrupts_it(guard, tmux):

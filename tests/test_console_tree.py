@@ -9,7 +9,8 @@ from dataclasses import replace
 from breaker.protocol import AgentRow, StateFrame
 from console.state import TREE_DEPTH, Agent, ConsoleState, ShownAgent, tree_order
 from console.widgets.agents import AgentsTable
-from tests.test_console_pilot import SIZE, app_for, loop, until
+from tests.test_console_pilot import SIZE, app_for, loop
+from tests.waits import eventually_async
 
 
 def make(agent: str, parent: str | None = None, status: str = "ok", worst: int = 1) -> Agent:
@@ -150,16 +151,18 @@ async def test_t_shows_subagents_right_after_their_parent_and_back_flat_with_the
         await asyncio.to_thread(loop, guard, "sub-looper", 8, parent="session-calm")
         table = app.query_one(AgentsTable)
         agents = ("session-calm", "other-busy", "sub-quiet", "sub-looper")
-        await until(pilot, lambda: all(a in table.ordered_keys for a in agents), what="four agents")
-        await until(pilot, lambda: table.get_cell("sub-looper", "status").plain == "duplicate", what="the loop")
+        await eventually_async(lambda: all(a in table.ordered_keys for a in agents), what="four agents", pilot=pilot)
+        await eventually_async(
+            lambda: table.get_cell("sub-looper", "status").plain == "duplicate", what="the loop", pilot=pilot
+        )
         flat = ["sub-looper", "other-busy", "session-calm", "sub-quiet"]  # most dangerous first
         # A cell shows the agent's row as it is now; the order is the last frame drawn's: it follows at the next.
-        await until(pilot, lambda: list(table.ordered_keys) == flat, what="the table in danger order")
+        await eventually_async(lambda: list(table.ordered_keys) == flat, what="the table in danger order", pilot=pilot)
         table.move_cursor(row=table.get_row_index("sub-quiet"))
-        await until(pilot, lambda: table.selected == "sub-quiet", what="sub-quiet selected")
+        await eventually_async(lambda: table.selected == "sub-quiet", what="sub-quiet selected", pilot=pilot)
 
         await pilot.press("t")
-        await until(pilot, lambda: table.get_row_index("session-calm") == 0, what="the tree")
+        await eventually_async(lambda: table.get_row_index("session-calm") == 0, what="the tree", pilot=pilot)
         assert [table.get_cell(a, "agent").plain for a in ("session-calm", "sub-looper", "sub-quiet")] == [
             "session-calm",
             "├─sub-looper",
@@ -175,7 +178,7 @@ async def test_t_shows_subagents_right_after_their_parent_and_back_flat_with_the
         assert "subagents under their parent" in str(app.main.agents_title.content)
 
         await pilot.press("t")
-        await until(pilot, lambda: table.get_row_index("sub-looper") == 0, what="flat again")
+        await eventually_async(lambda: table.get_row_index("sub-looper") == 0, what="flat again", pilot=pilot)
         assert list(table.ordered_keys) == flat
         assert table.get_cell("sub-quiet", "agent").plain == "sub-quiet"
         assert table.selected == "sub-quiet" and table.cursor_row == table.get_row_index("sub-quiet")

@@ -9,7 +9,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,7 +19,7 @@ from breaker.paths import python_child
 from console.app import CBConsole
 from console.session import DemoGuard, GuardOptions, GuardSession, OwnGuard, ReplayGuard
 from tests.conftest import ROOT, request
-from tests.test_console_signals import wait_until
+from tests.waits import eventually, eventually_async
 
 CBCONSOLE = Path(sys.executable).with_name("cbconsole")  # the installed entry point, as a user runs it
 
@@ -65,7 +64,7 @@ def test_a_headless_guard_started_in_an_agents_workspace_imports_nothing_from_it
             [str(CBCONSOLE), "--headless", "--socket", str(sock), *extra], cwd=place, env=env, stderr=err
         )
     try:
-        wait_until(lambda: sock.exists() or proc.poll() is not None, "the guard to listen")
+        eventually(lambda: sock.exists() or proc.poll() is not None, what="the guard to listen")
         assert proc.poll() is None, log.read_text()
         client = GuardClient(sock, harness="pytest", timeout=10)
         assert [client.check("w-1", "read", {"p": 1}).fallback for _ in range(2)] == [False, False]
@@ -138,13 +137,16 @@ async def test_the_consoles_guard_and_feeders_started_in_an_agents_workspace_imp
         session = ReplayGuard(sock, [str(transcripts)], speed=0, options=options)
     app = CBConsole(session)
     async with app.run_test(size=(120, 40)) as pilot:
-        deadline = time.monotonic() + 60
         wanted = 1 if mode == "own" else 2  # the demo's agents and the replay's reach the guard through its socket
-        while len(app.state.agents) < wanted or app.state.guard_status != "running":
-            assert time.monotonic() < deadline, f"{mode}: {app.state.guard_status}, {len(app.state.agents)} agents"
+
+        async def running_with_agents() -> bool:
             if mode == "own" and app.state.guard_status == "running" and not app.state.agents:
                 await asyncio.to_thread(lambda: GuardClient(sock, timeout=10).check("w-1", "read", {"p": 1}))
-            await pilot.pause(0.1)
+            return len(app.state.agents) >= wanted and app.state.guard_status == "running"
+
+        await eventually_async(
+            running_with_agents, timeout=60, what=f"{mode}: the guard running with {wanted} agent(s)", pilot=pilot
+        )
         guard = app.session.supervisor
         assert guard is not None and guard.pid is not None
         assert b"-P" in Path(f"/proc/{guard.pid}/cmdline").read_bytes().split(b"\0")

@@ -9,7 +9,6 @@ import json
 import logging
 import os
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -18,19 +17,11 @@ from breaker import Config
 from breaker.client import AsyncGuardClient
 from breaker.server import GuardServer, fill_command
 from tests.conftest import request
+from tests.waits import eventually, eventually_async
 
 
 def layer(argv: list[str]) -> str:
     return json.dumps([{"id": "circuit-breaker", "config": {"interruptCommand": argv}}])
-
-
-def wait_for(predicate, timeout: float = 10.0) -> bool:  # type: ignore[no-untyped-def]
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if predicate():
-            return True
-        time.sleep(0.02)
-    return predicate()
 
 
 def test_placeholders_are_filled_in_one_pass_and_each_element_stays_one_argument():
@@ -45,24 +36,24 @@ def test_the_command_gets_the_agent_and_reason_as_literal_arguments_never_throug
     agent, reason = f"$(touch {pwned}); `touch {pwned}`", "looping {agent} | touch x"
     reply = request(g.operator, {"op": "interrupt", "id": 1, "agent": agent, "reason": reason})
     assert reply["ok"] is True
-    assert wait_for(out.exists)
+    eventually(out.exists, what="the command's output file")
     assert json.loads(out.read_text()) == [agent, f"--why={reason}"]
     assert not pwned.exists()
-    assert wait_for(lambda: "interrupt command for agent" in g.log.read_text())
+    eventually(lambda: "interrupt command for agent" in g.log.read_text(), what="the command logged")
     assert "exited 0" in g.log.read_text()
 
 
 def test_the_exit_status_and_output_are_logged(guard_factory):
     g = guard_factory(patch_text=layer(["/bin/sh", "-c", 'echo "stopping $1"; exit 3', "sh", "{agent}"]))
     request(g.operator, {"op": "interrupt", "id": 1, "agent": "agent-7"})
-    assert wait_for(lambda: "exited 3" in g.log.read_text()), g.log.read_text()
+    eventually(lambda: "exited 3" in g.log.read_text(), what="the command's exit 3 logged")
     assert "interrupt command for agent 'agent-7' exited 3; output: 'stopping agent-7'" in g.log.read_text()
 
 
 def test_a_command_that_cannot_start_is_logged_and_the_guard_goes_on(guard_factory, tmp_path):
     g = guard_factory(patch_text=layer([str(tmp_path / "no-such-program"), "{agent}"]))
     assert request(g.operator, {"op": "interrupt", "id": 1, "agent": "a1", "reason": "r"})["ok"] is True
-    assert wait_for(lambda: "could not start" in g.log.read_text()), g.log.read_text()
+    eventually(lambda: "could not start" in g.log.read_text(), what="the failed start logged")
     denied = request(g.socket, {"op": "check", "id": 2, "agent": "a1", "tool": "bash", "args": {}})
     assert (denied["decision"], denied["kind"]) == ("deny", "interrupted")
     assert request(g.socket, {"op": "check", "id": 3, "agent": "a2", "tool": "bash", "args": {}})["decision"] == "allow"
@@ -71,7 +62,7 @@ def test_a_command_that_cannot_start_is_logged_and_the_guard_goes_on(guard_facto
 def test_output_beyond_4_kib_is_read_and_dropped_not_kept(guard_factory):
     g = guard_factory(patch_text=layer([sys.executable, "-c", "print('z' * 2_000_000)"]))
     request(g.operator, {"op": "interrupt", "id": 1, "agent": "a1"})
-    assert wait_for(lambda: "exited 0" in g.log.read_text()), g.log.read_text()
+    eventually(lambda: "exited 0" in g.log.read_text(), what="the command's exit 0 logged")
     line = next(x for x in g.log.read_text().splitlines() if "interrupt command" in x)
     assert line.endswith("[...]'") and len(line) < 5000
 
@@ -91,9 +82,7 @@ def test_without_a_command_an_interrupt_runs_nothing(tmp_path):
                 assert reply["ok"] is True
                 running = server.commands_in_flight  # a command's task is made before the reply is sent
             release.touch()
-            deadline = time.monotonic() + 30
-            while server.commands_in_flight and time.monotonic() < deadline:
-                await asyncio.sleep(0.02)
+            await eventually_async(lambda: not server.commands_in_flight, what="the command to end")
             return running
         finally:
             await server.stop()
@@ -125,10 +114,7 @@ def test_a_command_that_outlives_its_timeout_is_killed_with_its_children(tmp_pat
                 await client.request("interrupt", agent="a1", reason="r")
                 decision = await client.check("a1", "bash", {})  # the guard answers while it runs
                 assert decision.kind == "interrupted"
-            deadline = time.monotonic() + 10
-            while server.commands_in_flight and time.monotonic() < deadline:
-                await asyncio.sleep(0.05)
-            assert not server.commands_in_flight
+            await eventually_async(lambda: not server.commands_in_flight, what="the command killed at its timeout")
         finally:
             await server.stop()
 
@@ -136,7 +122,7 @@ def test_a_command_that_outlives_its_timeout_is_killed_with_its_children(tmp_pat
         asyncio.run(scenario())
     assert "timed out after 0.5 s and was killed" in caplog.text
     for pid in map(int, pids.read_text().split()):
-        assert wait_for(lambda pid=pid: not _alive(pid), 5), f"pid {pid} survived"
+        eventually(lambda pid=pid: not _alive(pid), what=f"pid {pid} to be gone")
 
 
 def _alive(pid: int) -> bool:
@@ -199,7 +185,7 @@ def test_the_command_gets_the_agent_and_reason_in_its_environment(guard_factory,
     g = guard_factory(patch_text=layer(["/bin/sh", "-c", script]))
     agent, reason = f"$(touch {pwned})", "`touch {pwned}`; {agent}"
     assert request(g.operator, {"op": "interrupt", "id": 1, "agent": agent, "reason": reason})["ok"] is True
-    assert wait_for(lambda: out.exists() and out.read_text().count("\n") == 1)
+    eventually(lambda: out.exists() and out.read_text().count("\n") == 1, what="the command's two lines")
     assert out.read_text() == f"{agent}\n{reason}"
     assert not pwned.exists()
 
@@ -207,7 +193,7 @@ def test_the_command_gets_the_agent_and_reason_in_its_environment(guard_factory,
 def test_a_shell_template_in_the_patch_file_is_refused_and_the_last_good_config_kept(guard_factory, tmp_path):
     pwned = tmp_path / "pwned"
     g = guard_factory(patch_text=layer(["sh", "-c", "echo {agent}"]))
-    assert wait_for(lambda: "as code" in g.log.read_text()), g.log.read_text()
+    eventually(lambda: "as code" in g.log.read_text(), what="the refusal logged")
     values = request(g.operator, {"op": "config_get", "id": 1})["config"]["values"]
     assert values["interruptCommand"] == []
     request(g.operator, {"op": "interrupt", "id": 2, "agent": f"$(touch {pwned})"})

@@ -10,20 +10,13 @@ import re
 import stat
 import threading
 import time
-from collections.abc import Callable
 
 import pytest
 
 from breaker import Config, Guard, IncidentLog
 from breaker.incidents import QueuedIncidentLog, incident_line
 from tests.conftest import request
-
-
-def wait_until(predicate: Callable[[], bool], timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "never happened"
-        time.sleep(0.02)
+from tests.waits import eventually
 
 
 def test_line_has_the_seeds_exact_shape_and_key_order():
@@ -121,7 +114,7 @@ def test_a_guard_whose_incident_log_cannot_be_written_still_decides_and_says_why
         reply = request(g.socket, {"op": "check", "id": i, "agent": "a", "tool": "t", "args": {}})
         decisions.append(reply["decision"])
     assert decisions == ["allow"] * 6 + ["deny"] * 2
-    wait_until(
+    eventually(
         lambda: "Is a directory" in (request(g.operator, {"op": "stats", "id": 1})["stats"]["incident_log_error"] or "")
     )
     assert request(g.socket, {"op": "ping", "id": 9})["pong"]
@@ -200,7 +193,7 @@ def test_a_full_queue_drops_lines_counts_them_and_says_so_once(tmp_path):
     log = QueuedIncidentLog(path, on_error=errors.append, size=3)
     taken = slowed(log, gate)
     assert record(log, 0)
-    wait_until(lambda: taken == [0])  # the thread holds line 0: the queue is empty again
+    eventually(lambda: taken == [0])  # the thread holds line 0: the queue is empty again
     assert [record(log, n) for n in range(1, 7)] == [True, True, True, False, False, False]
     assert log.dropped == 3 and len(errors) == 1 and "not keeping up (3 lines waiting)" in errors[0]
     gate.set()
@@ -227,7 +220,7 @@ def test_a_line_goes_to_the_path_in_force_when_it_was_recorded_and_empty_turns_t
     log = QueuedIncidentLog(first)
     taken = slowed(log, gate)
     record(log, 0)
-    wait_until(lambda: taken == [0])  # the thread is busy: what follows waits in the queue
+    eventually(lambda: taken == [0])  # the thread is busy: what follows waits in the queue
     record(log, 1)
     log.path = str(second)  # a config reload
     record(log, 2)

@@ -8,7 +8,6 @@ import asyncio
 import json
 import os
 import signal
-import time
 from pathlib import Path
 
 import orjson
@@ -18,6 +17,7 @@ from breaker.engine import Guard
 from breaker.judge import JUDGE_FROM, Judge, JudgeAnswer, judge_frame
 from breaker.session import JudgeJob, ServerSession
 from tests.conftest import Conn, request
+from tests.waits import eventually, eventually_async
 
 UID = 1000
 
@@ -201,16 +201,6 @@ def judge_pid(guard_pid: int) -> int | None:
     return None
 
 
-def eventually(predicate, timeout: float = 30.0, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        assert time.monotonic() < deadline, f"{what} never happened"
-        time.sleep(0.02)
-
-
 def test_a_stalled_judge_holds_up_only_the_large_frames_connection(guard):
     big = Conn(guard.socket, timeout=60)
     assert (
@@ -270,8 +260,7 @@ async def test_a_frame_whose_judge_ended_once_is_judged_by_the_next():
         assert first is not None
         os.kill(first, signal.SIGSTOP)
         pending = asyncio.ensure_future(judge.ask(check(41, args={"content": "x"}), ()))
-        while not judge.busy:
-            await asyncio.sleep(0.01)
+        await eventually_async(lambda: judge.busy, what="the frame in the judge's hands")
         os.kill(first, signal.SIGKILL)
         answer = await pending
         assert answer.reply is None and answer.keyed and judge.killed == 0 and judge.pid != first

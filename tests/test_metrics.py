@@ -30,8 +30,8 @@ from tests.metricskit import (
     scrape_until,
     stats,
     value,
-    wait_for,
 )
+from tests.waits import eventually
 
 # What a guard serves, its own names (process_* and python_info come from prometheus-client's collectors).
 GUARD_METRICS = {
@@ -191,12 +191,12 @@ def test_the_setting_starts_moves_and_stops_the_metrics_on_reload(guard_factory)
     assert scrape(first)
     port = free_port()
     g.patch.write_text(_layer(f"127.0.0.1:{port}"))
-    moved = wait_for(lambda: stats(g)["metrics"] if f":{port}/" in stats(g)["metrics"] else None)
+    moved = eventually(lambda: stats(g)["metrics"] if f":{port}/" in stats(g)["metrics"] else None)
     assert scrape(moved) and http(moved)[0] == 200
     with pytest.raises(OSError):
         scrape(first)  # the old address is given up
     g.patch.write_text(_layer(""))
-    wait_for(lambda: stats(g)["metrics"] == "", message="the metrics were not stopped")
+    eventually(lambda: stats(g)["metrics"] == "", what="the metrics to stop")
     with pytest.raises(OSError):
         scrape(moved)
     assert loop(g.socket, "still-guarded", 7)[-1] is False
@@ -208,7 +208,7 @@ def test_a_setting_on_a_busy_port_is_reported_and_the_guard_runs_on(guard_factor
         busy.listen()
         port = busy.getsockname()[1]
         g = guard_factory(patch_text=_layer(f"127.0.0.1:{port}"))
-        error = wait_for(lambda: stats(g)["metrics_error"])
+        error = eventually(lambda: stats(g)["metrics_error"])
         assert error == f"cannot serve metrics on 127.0.0.1:{port}: Address already in use (the metrics setting)"
         assert stats(g)["metrics"] == ""
         assert loop(g.socket, "a", 7)[-1] is False
@@ -222,7 +222,7 @@ def test_the_flag_wins_over_the_setting_for_the_whole_run(guard_factory):
     url = metrics_url(g)
     other = f"127.0.0.1:{free_port()}"
     g.patch.write_text(_layer(other))
-    wait_for(lambda: request_op(g, {"op": "config_get", "id": 2})["config"]["values"]["metrics"] == other)
+    eventually(lambda: request_op(g, {"op": "config_get", "id": 2})["config"]["values"]["metrics"] == other)
     assert stats(g)["metrics"] == url and scrape(url)
 
 
@@ -298,7 +298,7 @@ def test_a_scrape_is_answered_while_slow_clients_dribble_into_every_slot(guard_f
     scrape_until(url, lambda s: value(s, "cbconsole_checks_total", **allowed) == 1)
     dribblers = [Dribbler(*_host_port(url), every=1.0) for _ in range(MAX_SCRAPES)]  # one per slot
     try:
-        wait_for(lambda: all(d.sent >= 2 for d in dribblers), message="every dribbler sent its bytes")
+        eventually(lambda: all(d.sent >= 2 for d in dribblers), what="every dribbler to send its bytes")
         samples = parse(scrape_text(url, timeout=60))  # one scrape, waited for: it is answered, not closed
         assert value(samples, "cbconsole_checks_total", **allowed) == 1
         assert sum(not d.closed.is_set() for d in dribblers) >= MAX_SCRAPES - 1  # the rest still dribbling

@@ -22,8 +22,9 @@ from breaker.client import GuardClient
 from breaker.engine import Guard
 from breaker.otel import EVENT, SCHEMA_URL, DecisionExporter, attributes
 from breaker.session import DecisionJob, ServerSession
-from tests.metricskit import stats, wait_for
+from tests.metricskit import stats
 from tests.sessionkit import settle
+from tests.waits import eventually
 
 RECOMMENDED = "- id: circuit-breaker\n  config: {preset: recommended}\n"
 
@@ -191,7 +192,9 @@ def test_a_real_guard_exports_its_denies_and_warnings_over_otlp_http(guard_facto
     with GuardClient(g.socket, harness="dsh", timeout=30) as client:
         decisions = [client.check("agent-7", "web_search", {"q": "x"}, parent="root-1").allowed for _ in range(3)]
     assert decisions == [True, True, False]
-    events = wait_for(lambda: receiver.events() if len(receiver.events()) >= 2 else None, 30, "no events arrived")
+    events = eventually(
+        lambda: receiver.events() if len(receiver.events()) >= 2 else None, timeout=30, what="two events"
+    )
     assert [(name, a["gen_ai.evaluation.score.label"]) for name, a, _ in events] == [(EVENT, "warn"), (EVENT, "deny")]
     _, deny, resource = events[1]
     assert deny["gen_ai.agent.id"] == "agent-7" and deny["gen_ai.conversation.id"] == "root-1"
@@ -206,19 +209,19 @@ def test_the_setting_switches_the_export_on_and_off_live(guard_factory, receiver
     g = guard_factory(patch_text="- id: circuit-breaker\n  config: {duplicateLimit: 1}\n")
     assert stats(g)["otel_events"] is False
     g.patch.write_text("- id: circuit-breaker\n  config: {duplicateLimit: 1, otelEvents: true}\n")
-    wait_for(lambda: stats(g)["otel_events"], message="the export never started")
+    eventually(lambda: stats(g)["otel_events"], what="the export to start")
     with GuardClient(g.socket, timeout=30) as client:
         assert [client.check("a", "t", {}).allowed for _ in range(2)] == [True, False]
-    wait_for(lambda: receiver.events(), 30, "no event arrived")
+    eventually(lambda: receiver.events(), timeout=30, what="an event")
     g.patch.write_text("- id: circuit-breaker\n  config: {duplicateLimit: 1}\n")
-    wait_for(lambda: stats(g)["otel_events"] is False, message="the export never stopped")
+    eventually(lambda: stats(g)["otel_events"] is False, what="the export to stop")
     with GuardClient(g.socket, timeout=30) as client:
         assert [client.check("while-off", "t", {}).allowed for _ in range(2)] == [True, False]
     g.patch.write_text("- id: circuit-breaker\n  config: {duplicateLimit: 1, otelEvents: true}\n")
-    wait_for(lambda: stats(g)["otel_events"], message="the export never started again")
+    eventually(lambda: stats(g)["otel_events"], what="the export to start again")
     with GuardClient(g.socket, timeout=30) as client:
         assert [client.check("after", "t", {}).allowed for _ in range(2)] == [True, False]
-    events = wait_for(
+    events = eventually(
         lambda: [e for e in receiver.events() if e[1]["gen_ai.agent.id"] == "after"] and receiver.events()
     )
     assert [e[1]["gen_ai.agent.id"] for e in events] == ["a", "after"]  # nothing of the deny while it was off
@@ -254,7 +257,7 @@ def test_otel_without_the_sdk_installed_is_a_clear_error(guard_factory, tmp_path
     assert g.proc is not None and g.proc.wait(30) == 1
     assert "pip install 'cbconsole[otel]'" in g.log.read_text() and "(--otel)" in g.log.read_text()
     running = guard_factory(patch_text="- id: circuit-breaker\n  config: {otelEvents: true}\n")
-    error = wait_for(lambda: stats(running)["otel_error"])
+    error = eventually(lambda: stats(running)["otel_error"])
     assert "the otelEvents setting" in error and "pip install 'cbconsole[otel]'" in error
     with GuardClient(running.socket, timeout=30) as client:
         assert client.check("a", "t", {}).allowed

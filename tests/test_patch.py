@@ -8,7 +8,6 @@ import subprocess
 import sys
 import tempfile
 import textwrap
-import time
 from pathlib import Path
 
 import pytest
@@ -34,6 +33,7 @@ from breaker.patch import (
     read_text,
     write_config,
 )
+from tests.waits import eventually
 
 
 def dedent(text: str) -> str:
@@ -537,11 +537,14 @@ def kill_mid_write(f: Path, marker: Path) -> None:
         write_config({str(f)!r}, Config(window=5))
         """)
     proc = subprocess.Popen([sys.executable, "-c", child])
-    deadline = time.monotonic() + 30
-    while not marker.exists():
+
+    def at_fsync() -> bool:
+        if marker.exists():
+            return True
         assert proc.poll() is None, "the writer exited before reaching fsync"
-        assert time.monotonic() < deadline
-        time.sleep(0.02)
+        return False
+
+    eventually(at_fsync, what="the writer at its fsync")
     proc.send_signal(signal.SIGKILL)
     proc.wait()
 

@@ -7,15 +7,15 @@ import json
 import re
 import shutil
 import subprocess
-import time
 import urllib.parse
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import ROOT
-from tests.metricskit import free_port, http, metrics_url, names, scrape, scrape_until, wait_for
+from tests.metricskit import free_port, http, metrics_url, names, scrape, scrape_until
 from tests.test_metrics import loop
+from tests.waits import eventually
 
 DOCS = ROOT / "docs"
 ALERTS = DOCS / "alerts.yml"
@@ -61,13 +61,12 @@ class Prometheus:
                 stdout=subprocess.DEVNULL,
                 stderr=open(self.log, "ab"),
             )
-            deadline = time.monotonic() + 60
-            while time.monotonic() < deadline and self.proc.poll() is None:
-                if self._up():
-                    return
-                time.sleep(0.1)
+            try:  # up, or gone (the port was taken meanwhile: another one)
+                eventually(lambda: self.proc.poll() is not None or self._up(), timeout=60, what="Prometheus up")
+            except AssertionError:
+                break  # running, never ready: its log says why
             if self.proc.poll() is None:
-                break
+                return
         raise AssertionError(f"Prometheus did not start:\n{self.log.read_text()}")
 
     def _up(self) -> bool:
@@ -113,14 +112,19 @@ def test_prometheus_scrapes_a_guard_sees_the_trip_and_fires_the_loop_alert(guard
     guard = guard_factory("--metrics", "127.0.0.1:0")
     target = metrics_url(guard).split("//", 1)[1].split("/", 1)[0]
     prom = prometheus_for(target)
-    wait_for(lambda: [r for r in prom.query('up{job="cbconsole"}') if r["value"][1] == "1"], 60, "never scraped")
+    eventually(
+        lambda: [r for r in prom.query('up{job="cbconsole"}') if r["value"][1] == "1"],
+        timeout=60,
+        what="a scrape of the guard",
+        ignoring=(OSError, KeyError),
+    )
 
     assert loop(guard.socket, "looper", 9, harness="codex") == [True] * 6 + [False] * 3
 
     def trip() -> list[dict]:
         return [r for r in prom.query('cbconsole_trips_total{kind="duplicate"}') if r["value"][1] == "1"]
 
-    (row,) = wait_for(trip, 60, "Prometheus never saw the trip")
+    (row,) = eventually(trip, timeout=60, what="Prometheus to see the trip", ignoring=(OSError, KeyError))
     assert row["metric"]["job"] == "cbconsole" and row["metric"]["instance"] == target
     (denied,) = prom.query('cbconsole_checks_total{harness="codex",decision="deny"}')
     assert denied["value"][1] == "3"
@@ -130,11 +134,16 @@ def test_prometheus_scrapes_a_guard_sees_the_trip_and_fires_the_loop_alert(guard
             a for a in prom.alerts() if a["labels"]["alertname"] == "CbconsoleLoopTripped" and a["state"] == "firing"
         ]
 
-    (alert,) = wait_for(firing, 60, "the loop alert never fired")
+    (alert,) = eventually(firing, timeout=60, what="the loop alert to fire", ignoring=(OSError, KeyError))
     assert alert["labels"]["kind"] == "duplicate" and alert["labels"]["instance"] == target
 
     guard.stop()
-    wait_for(lambda: [r for r in prom.query('up{job="cbconsole"}') if r["value"][1] == "0"], 60, "up never went to 0")
+    eventually(
+        lambda: [r for r in prom.query('up{job="cbconsole"}') if r["value"][1] == "0"],
+        timeout=60,
+        what="up to go to 0",
+        ignoring=(OSError, KeyError),
+    )
 
 
 def test_the_alert_rules_pass_promtool_check():

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import json
-import time
 
 import pytest
 
 from tests.conftest import Conn, request
+from tests.waits import eventually
 
 
 def check(i, agent, tool, args, **extra):
@@ -80,10 +80,9 @@ def test_config_set_writes_the_patch_layer_and_applies_at_once(guard_factory):
 def test_an_edit_of_the_patch_file_by_hand_applies_live(guard):
     c = Conn(guard.operator)
     guard.patch.write_text("- id: circuit-breaker\n  config:\n    duplicateLimit: 2\n")
-    deadline = time.monotonic() + 10
-    while c.ask({"op": "config_get", "id": 1})["config"]["values"]["duplicateLimit"] != 2:
-        assert time.monotonic() < deadline
-        time.sleep(0.02)
+    eventually(
+        lambda: c.ask({"op": "config_get", "id": 1})["config"]["values"]["duplicateLimit"] == 2, what="the edit applied"
+    )
     assert [c.ask(check(i, "a", "t", {}))["decision"] for i in range(3)] == ["allow", "allow", "deny"]
 
 
@@ -91,10 +90,10 @@ def test_a_broken_patch_file_keeps_the_last_good_config_and_config_get_says_why(
     g = guard_factory(patch_text="- id: circuit-breaker\n  config:\n    duplicateLimit: 2\n")
     c = Conn(g.operator)
     g.patch.write_text("- id: circuit-breaker\n  config:\n    duplicateLimit: banana\n")
-    deadline = time.monotonic() + 10
-    while not (cfg := c.ask({"op": "config_get", "id": 1})["config"])["error"]:
-        assert time.monotonic() < deadline
-        time.sleep(0.02)
+    cfg = eventually(
+        lambda: (config := c.ask({"op": "config_get", "id": 1})["config"])["error"] and config,
+        what="config_get to report the broken file",
+    )
     assert "duplicateLimit" in cfg["error"] and cfg["values"]["duplicateLimit"] == 2
 
 
@@ -106,9 +105,8 @@ def test_trips_are_written_to_the_incident_log_with_the_agents_id(guard_factory,
         c.ask(check(i, "session-7f3a", "web_search", {"query": "same"}))
     for i in range(3):
         c.ask(check(20 + i, "session-7f3a", "read", {"p": i}))
-    deadline = time.monotonic() + 10  # a thread of its own writes the log: the line lands just after the deny
-    while len(log.read_text().splitlines() if log.exists() else ()) < 2 and time.monotonic() < deadline:
-        time.sleep(0.02)
+    # a thread of its own writes the log: the line lands just after the deny
+    eventually(lambda: log.exists() and len(log.read_text().splitlines()) >= 2, what="two incident lines")
     records = [json.loads(line) for line in log.read_text().splitlines()]
     assert [(r["kind"], r["agent"], r["count"], r["limit"]) for r in records] == [
         ("duplicate", "session-7f3a", 6, 6),
@@ -128,13 +126,14 @@ def test_a_subscriber_gets_a_full_state_then_coalesced_deltas_with_trips(guard):
     for i in range(300):
         c.ask(check(i, f"agent-{i % 3}", "web_search", {"q": "loop"}))
     frames = []
-    deadline = time.monotonic() + 5
     seen_calls = {}
-    while time.monotonic() < deadline and sum(seen_calls.values()) < 18:
-        f = sub.line()
-        frames.append(f)
-        for a in f["agents"]:
-            seen_calls[a["agent"]] = a["calls"]
+
+    def read_a_frame() -> bool:
+        frames.append(f := sub.line())
+        seen_calls.update((a["agent"], a["calls"]) for a in f["agents"])
+        return sum(seen_calls.values()) >= 18
+
+    eventually(read_a_frame, what="frames with every agent's 6 calls")
     assert seen_calls == {"agent-0": 6, "agent-1": 6, "agent-2": 6}
     trips = [t for f in frames for t in f.get("trips", ())]
     assert sorted((t["agent"], t["kind"]) for t in trips) == [(f"agent-{i}", "duplicate") for i in range(3)]
@@ -148,13 +147,7 @@ def test_a_subscriber_is_told_about_agents_that_are_gone(guard):
     sub.ask({"op": "subscribe", "id": 1})
     assert any(a["agent"] == "short-lived" for a in sub.line()["agents"])
     c.ask({"op": "agent_end", "id": 2, "agent": "short-lived"})
-    deadline = time.monotonic() + 5
-    while time.monotonic() < deadline:
-        f = sub.line()
-        if "short-lived" in f.get("gone", ()):
-            break
-    else:
-        pytest.fail("the subscriber was never told the agent is gone")
+    eventually(lambda: "short-lived" in sub.line().get("gone", ()), what="a frame saying the agent is gone")
 
 
 def test_a_subscriber_is_told_when_only_the_guards_stats_change(guard):
@@ -165,11 +158,8 @@ def test_a_subscriber_is_told_when_only_the_guards_stats_change(guard):
     for i in range(3):
         c.ask(check(i, "planner", "todo_write", {"todos": [i]}))  # exempt: no agent changes, only the counts
     request(guard.operator, {"op": "pause", "id": 9})
-    deadline = time.monotonic() + 5
-    while time.monotonic() < deadline:
-        f = sub.line()
-        if f.get("stats") and f["stats"]["paused"] and f["stats"]["checks"] == 3:
-            assert f["agents"] == []
-            break
-    else:
-        pytest.fail("no frame carried the new stats")
+    frame = eventually(
+        lambda: (f := sub.line()).get("stats") and f["stats"]["paused"] and f["stats"]["checks"] == 3 and f,
+        what="a frame with the new stats",
+    )
+    assert frame["agents"] == []

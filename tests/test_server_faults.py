@@ -19,6 +19,7 @@ import pytest
 
 from breaker.client import GuardClient
 from tests.conftest import Conn, request
+from tests.waits import eventually
 
 TIMEOUT = 0.5
 
@@ -40,7 +41,7 @@ class Load(threading.Thread):
             t0 = time.monotonic()
             d = self.client.check(f"{self.name_}-{i // 200}", "read", {"i": i})
             self.records.append((t0, time.monotonic() - t0, d.allowed, d.fallback))
-            time.sleep(0.002)
+            time.sleep(0.002)  # paces the load (some 6 × 400 calls/s): not a wait for anything
 
     def finish(self) -> None:
         self.stop.set()
@@ -49,18 +50,11 @@ class Load(threading.Thread):
         self.client.close()
 
 
-def wait_until(predicate, timeout: float = 15.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "condition never met"
-        time.sleep(0.02)
-
-
 def test_kill_9_under_load_clients_fail_open_while_it_is_down_then_reconnect_by_themselves(guard):
     loads = [Load(guard.socket, f"h{i}") for i in range(6)]
     for load in loads:
         load.start()
-    wait_until(lambda: all(len(ld.records) > 20 for ld in loads))
+    eventually(lambda: all(len(ld.records) > 20 for ld in loads))
     killed_at = time.monotonic()
     guard.kill9()
     assert guard.socket.exists()  # a stale socket file is left behind, as after any crash
@@ -69,10 +63,10 @@ def test_kill_9_under_load_clients_fail_open_while_it_is_down_then_reconnect_by_
         return sum(1 for r in list(load.records) if r[0] > killed_at and r[3])
 
     # Down, and staying down until every client has had several answers: none of them waits for it.
-    wait_until(lambda: all(fallbacks_since_the_kill(ld) >= 5 for ld in loads), timeout=60)
+    eventually(lambda: all(fallbacks_since_the_kill(ld) >= 5 for ld in loads), timeout=60)
     guard.start()  # the new server cleans up the stale socket and takes the path
     restarted_at = time.monotonic()
-    wait_until(lambda: all(any(r[0] > restarted_at and not r[3] for r in ld.records) for ld in loads), timeout=60)
+    eventually(lambda: all(any(r[0] > restarted_at and not r[3] for r in ld.records) for ld in loads), timeout=60)
     for load in loads:
         load.finish()
     records = [r for ld in loads for r in ld.records]
@@ -102,13 +96,13 @@ def test_a_frozen_guard_makes_clients_fail_open_at_the_timeout_and_recover_when_
     finally:
         os.kill(guard.pid, signal.SIGCONT)
     assert [(d.allowed, d.fallback) for d in answers] == [(True, True), (True, True)]
-    wait_until(lambda: not client.check("after", "t", {}).fallback)
+    eventually(lambda: not client.check("after", "t", {}).fallback)
 
     def agents() -> set[str]:
         return {a["agent"] for a in request(guard.operator, {"op": "snapshot", "id": 1})["state"]["agents"]}
 
-    wait_until(lambda: "sent-then-timed-out" in agents())  # the guard read the call it was frozen on,
-    wait_until(lambda: "asked-right-after" in agents())  # and the next: a timeout never stops a call from asking
+    eventually(lambda: "sent-then-timed-out" in agents())  # the guard read the call it was frozen on,
+    eventually(lambda: "asked-right-after" in agents())  # and the next: a timeout never stops a call from asking
 
 
 def test_fail_closed_client_denies_explicitly_when_the_guard_is_gone(guard):
@@ -134,7 +128,7 @@ def test_default_socket_directory_is_created_private(tmp_path):
     proc = subprocess.Popen([sys.executable, "-m", "console.cli", "--headless"], env=env, stderr=subprocess.PIPE)
     try:
         sock = runtime / "cbconsole" / "guard.sock"
-        wait_until(lambda: sock.exists())
+        eventually(lambda: sock.exists())
         assert stat.S_IMODE(os.stat(sock.parent).st_mode) == 0o700
         assert request(sock, {"op": "ping", "id": 1})["pong"]
     finally:
@@ -149,7 +143,7 @@ def test_socket_path_from_the_environment(tmp_path):
     env = {**os.environ, "CBCONSOLE_SOCKET": str(run / "env.sock"), "DSH_HOME": str(tmp_path / "dsh")}
     proc = subprocess.Popen([sys.executable, "-m", "console.cli", "--headless"], env=env, stderr=subprocess.DEVNULL)
     try:
-        wait_until(lambda: (run / "env.sock").exists())
+        eventually(lambda: (run / "env.sock").exists())
     finally:
         proc.terminate()
         proc.wait(10)

@@ -19,17 +19,11 @@ import pytest
 
 from breaker.client import AsyncGuardClient, GuardClient
 from tests.conftest import Conn, request
+from tests.waits import eventually
 
 
 def check(i, agent, tool="t", args=None, **extra):
     return {"op": "check", "id": i, "agent": agent, "tool": tool, "args": args if args is not None else {}, **extra}
-
-
-def wait_until(predicate, timeout: float = 20.0, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, f"{what} never happened"
-        time.sleep(0.02)
 
 
 def rss_mib(pid: int) -> float:
@@ -113,14 +107,14 @@ def test_keys_whose_effect_reaches_outside_the_guard_are_refused_on_the_operator
 def test_keys_whose_effect_reaches_outside_the_guard_still_apply_from_the_patch_file(guard, tmp_path):
     log = tmp_path / "incidents.jsonl"
     guard.patch.write_text(f"- id: circuit-breaker\n  config:\n    incidentLog: {log}\n    duplicateLimit: 2\n")
-    wait_until(
+    eventually(
         lambda: request(guard.operator, {"op": "config_get", "id": 1})["config"]["values"]["incidentLog"] == str(log),
         what="the patch file's incidentLog in force",
     )
     c = Conn(guard.socket)
     for i in range(3):
         c.ask(check(i, "agent-1", args={"q": 1}))
-    wait_until(lambda: log.exists() and b'"duplicate"' in log.read_bytes(), what="the incident line")
+    eventually(lambda: log.exists() and b'"duplicate"' in log.read_bytes(), what="the incident line")
 
 
 # -- 1a. a client never trusts a socket it has not checked ---------------------------------------------
@@ -333,8 +327,9 @@ def test_after_kill_9_and_a_restart_interrupts_caps_windows_and_the_pause_are_al
     c.ask(check(20, "looper", args={"q": "x"}, harness="dsh", parent="root-1"))
     op = Conn(g.operator)
     assert op.ask({"op": "interrupt", "id": 1, "agent": "looper", "reason": "stuck"})["ok"]
+    # An operator's change is answered once a save holding it, and every change before it (the calls above), is on
+    # disk: the interrupts' replies are the observable "saved".
     assert op.ask({"op": "interrupt", "id": 2, "agent": "never-checked"})["ok"]
-    time.sleep(0.5)  # past a save of the calls (operator changes are saved before their reply)
     g.kill9()
     g.start()
     c = Conn(g.socket)
@@ -405,7 +400,7 @@ def test_an_incident_log_on_a_fifo_nobody_reads_never_holds_up_a_check(guard_fac
     for i in range(200):  # 100 agents trip: 100 incident lines for a file that takes none
         c.ask(check(2 * i, f"agent-{i}"))
         assert c.ask(check(2 * i + 1, f"agent-{i}"))["kind"] == "duplicate"
-    wait_until(
+    eventually(
         lambda: (
             "incidents.fifo" in (request(g.operator, {"op": "stats", "id": 1})["stats"]["incident_log_error"] or "")
         ),
@@ -420,7 +415,7 @@ def test_an_alias_bomb_saved_into_the_patch_file_never_freezes_the_guard(guard):
         for i in range(14)
     )
     guard.patch.write_text("- id: circuit-breaker\n  config:\n    duplicateLimit: 2\n")
-    wait_until(lambda: c.ask({"op": "config_get", "id": 1})["config"]["values"]["duplicateLimit"] == 2)
+    eventually(lambda: c.ask({"op": "config_get", "id": 1})["config"]["values"]["duplicateLimit"] == 2)
     guard.patch.write_text(
         "- id: circuit-breaker\n  config:\n    duplicateLimit: 3\n- id: other\n  x:\n"
         + "\n".join("    " + line for line in bomb.splitlines())
@@ -498,7 +493,7 @@ def test_three_hundred_interrupt_commands_run_a_few_at_a_time_and_checks_go_on(g
         "mine = os.path.join(d, sys.argv[1])\n"
         "open(mine, 'w').close()\n"
         f"with open({str(seen)!r}, 'a') as f: f.write(str(len(os.listdir(d))) + '\\n')\n"
-        "time.sleep(0.05)\n"
+        "time.sleep(0.05)\n"  # the command's own run time: commands overlap, and the count shows how many
         "os.unlink(mine)\n"
     )
     command = f"[{sys.executable}, {script}, '{{agent}}']"
@@ -509,7 +504,7 @@ def test_three_hundred_interrupt_commands_run_a_few_at_a_time_and_checks_go_on(g
         op.ask({"op": "interrupt", "id": i, "agent": f"agent-{i}"})
         assert c.ask(check(i, f"other-{i}"))["decision"] == "allow"
     stats = request(g.operator, {"op": "stats", "id": 1})["stats"]
-    wait_until(
+    eventually(
         lambda: seen.exists() and len(seen.read_text().splitlines()) + stats["commands_dropped"] >= 300,
         timeout=120,
         what="every command ran or was counted as dropped",
@@ -599,6 +594,6 @@ def test_the_guard_runs_with_its_state_files_hash_seed(guard):
 
 def test_a_socket_removed_from_under_the_guard_is_bound_again(guard):
     guard.socket.unlink()  # as a tool call in a sandbox that may write /tmp can
-    wait_until(lambda: guard.socket.exists(), what="the socket bound again")
+    eventually(lambda: guard.socket.exists(), what="the socket bound again")
     assert request(guard.socket, check(1, "a"))["decision"] == "allow"
     assert "was removed while the guard was serving it" in guard.log.read_text()

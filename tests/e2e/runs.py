@@ -18,7 +18,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -590,13 +590,3 @@ def run_gemini(
     return Run(
         "gemini", argv, scratch, dirs["work"], code, out, err, secs, fake, log, {"gemini_dir": gemini_dir}, setup_output
     )
-
-
-def wait_until(predicate: Callable[[], bool], timeout: float, step: float = 0.05) -> bool:
-    """Poll `predicate` (a fake-model script may wait on what the harness did meanwhile)."""
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if predicate():
-            return True
-        time.sleep(step)
-    return predicate()

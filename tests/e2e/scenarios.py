@@ -5,8 +5,9 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
+from tests.waits import eventually
+
 from .fakemodel import ModelRequest, Reply, Script, Text, ToolCall
-from .runs import wait_until
 
 CHILD_MARKER = "CBCHILD"  # only the child's prompt carries it, so a request is the child's if a user text does
 
@@ -42,8 +43,10 @@ def parent_child_script(
         if k <= parent_calls:
             return parent_call(k)
         if k == parent_calls + 1:
-            wait_until(child_ended, wait)
-            time.sleep(settle)  # let the harness finish closing the child's turn
+            eventually(child_ended, timeout=wait, what="the child's turn to end")
+            # The hook saw the child end; the harness's own closing of its turn (what makes the notice reach the
+            # parent) shows nowhere a test can read: a grace period, kept.
+            time.sleep(settle)
             return parent_call(k)
         return Text("parent done")
 

@@ -23,11 +23,12 @@ import pytest
 from breaker import Config, Guard
 from breaker.hook import plugin_dir
 from tests.conftest import GuardProcess, request
+from tests.waits import eventually
 
 from . import harnesses
 from .fakemodel import FakeModel, ModelRequest, Reply, Text, ToolCall, loop_script
 from .harnesses import Harness, InstallError
-from .runs import Setup, dsh_sessions, read_dsh_session, run_dsh_with, run_process, run_setup, wait_until
+from .runs import Setup, dsh_sessions, read_dsh_session, run_dsh_with, run_process, run_setup
 from .scenarios import DSH_SPAWN, dsh_bash, is_child, parent_child_script
 
 pytestmark = pytest.mark.e2e
@@ -174,14 +175,18 @@ def test_dsh_background_subagent_loop_is_caught_apart_from_its_parent(dsh, guard
 def with_interrupt(inner, g: GuardProcess, *, child: bool, at_step: int, reason: str, replies: list):  # type: ignore[no-untyped-def]
     """Wrap a script: when the root's (or the child's) conversation has made `at_step` calls, the
     operator interrupts that agent as the console does, then the model holds its answer until dsh has
-    gone (the cancel ended the run and its plugin's connection) or 60 s: the guard's push must cancel
-    the agent while its model request is in flight."""
+    gone (the cancel ended the run and its plugin's connection; the script fails after 60 s): the guard's
+    push must cancel the agent while its model request is in flight."""
 
     def script(req: ModelRequest) -> Reply:
         if is_child(req) == child and req.prior_calls == at_step and not replies:
             (agent,) = [a for a, view in agents(g).items() if (view["parent"] is not None) == child]
             replies.append((agent, request(g.operator, {"op": "interrupt", "id": 9, "agent": agent, "reason": reason})))
-            wait_until(lambda: not request(g.operator, {"op": "stats", "id": 8})["stats"]["harnesses"], 60)
+            eventually(
+                lambda: not request(g.operator, {"op": "stats", "id": 8})["stats"]["harnesses"],
+                timeout=60,
+                what="dsh gone",
+            )
         return inner(req)
 
     return script
@@ -226,7 +231,7 @@ def test_dsh_operator_interrupt_during_a_subagents_tool_call_stops_it_and_the_pa
         def child_in_its_sleep() -> bool:  # the guard allowed its 4th call, `sleep 5`: it runs now
             return any(view["parent"] is not None and view["calls"] >= 4 for view in agents(g).values())
 
-        wait_until(child_in_its_sleep, 60)
+        eventually(child_in_its_sleep, timeout=60, what="the child in its sleep")
         (child,) = [a for a, view in agents(g).items() if view["parent"] is not None]
         replies.append(
             (child, request(g.operator, {"op": "interrupt", "id": 9, "agent": child, "reason": "stuck child"}))
@@ -242,7 +247,7 @@ def test_dsh_operator_interrupt_during_a_subagents_tool_call_stops_it_and_the_pa
             return DSH_SPAWN
         if (replies and f"Background subagent {replies[0][0]} " in req.raw) or req.prior_calls > 40:
             return Text("parent done")  # the parent heard how its child ended
-        time.sleep(0.2)
+        time.sleep(0.2)  # paces the parent's loop while the child runs (at most 40 calls): not a wait for anything
         return parent_call(req.prior_calls)
 
     with FakeModel(script) as fm:

@@ -26,10 +26,10 @@ from breaker.paths import check_socket, default_operator_socket_path
 from tests.conftest import request
 from tests.guardproxy import GuardProxy, is_check
 from tests.test_paths import HOSTILE, SQUATS, Squatter, expected_refusal, squatted
+from tests.waits import eventually
 
 from . import harnesses
 from .harnesses import InstallError
-from .runs import wait_until
 
 PLUGIN = Path(plugin_dir())
 
@@ -233,11 +233,7 @@ def test_a_squatter_taking_the_path_after_the_guard_stopped_is_not_reconnected_t
         target=lambda: outcome.update(run_node(node, tmp_path, body, str(guard.socket), str(planted)))
     )
     thread.start()
-    for _ in range(1000):
-        if "session-re" in views(guard.socket):
-            break
-        threading.Event().wait(0.01)
-    assert "session-re" in views(guard.socket)  # connected to the real guard first
+    eventually(lambda: "session-re" in views(guard.socket), what="the first call at the real guard")
     guard.stop()
     guard.socket.unlink(missing_ok=True)
     os.chmod(guard.socket.parent, 0o770)  # a group member could now put a socket here
@@ -295,10 +291,7 @@ def test_an_interrupt_push_cancels_the_agent_with_a_hook_reason(node, tmp_path, 
     thread = threading.Thread(target=drive)
     thread.start()
     agent = "7f3e2a10-0000-4000-8000-00000000000c"
-    for _ in range(500):
-        if agent in views(guard.socket):
-            break
-        threading.Event().wait(0.01)
+    eventually(lambda: agent in views(guard.socket), what="the child's first call at the guard")
     assert views(guard.socket)[agent]["parent"] == "session-root"
     reply = request(guard.operator, {"op": "interrupt", "id": 1, "agent": agent, "reason": "stuck"})
     assert reply["notified"] == 1
@@ -318,11 +311,22 @@ def test_agent_disposed_makes_the_guard_forget_the_agent_and_calls_without_an_ag
     await call(ctx, agent('stays'), { command: 'ls' })
     ctx.listeners.get('agent/disposed')({ agent: a })
     result.noAgent = await call(ctx, undefined, { command: 'ls' })
-    await sleep(200)
+    const { existsSync } = await import('node:fs')
+    while (!existsSync(argv[1])) await sleep(20)   // dsh runs on: the test has seen the guard forget the agent
     ctx.dispose()
     """
-    r = run_node(node, tmp_path, body, str(guard.socket))
-    assert r["noAgent"] is None
+    seen = tmp_path / "seen"
+    outcome: dict[str, Any] = {}
+    thread = threading.Thread(
+        target=lambda: outcome.update(run_node(node, tmp_path, body, str(guard.socket), str(seen)))
+    )
+    thread.start()
+    try:  # the plugin's agent_end is fire and forget: the guard forgets the agent once it has read it
+        eventually(lambda: set(views(guard.socket)) == {"stays"}, what="the guard to forget the disposed agent")
+    finally:
+        seen.touch()
+        thread.join(60)
+    assert outcome["noAgent"] is None
     assert set(views(guard.socket)) == {"stays"}
 
 
@@ -343,7 +347,7 @@ def test_when_dsh_shuts_down_the_guard_forgets_every_agent_but_a_reload_of_the_r
     run_node(node, tmp_path, body, str(guard.socket))
     operator = default_operator_socket_path(guard.socket)
     # Once the guard has seen the plugin's connection close, it has read every frame sent on it.
-    assert wait_until(lambda: not request(operator, {"op": "stats", "id": 1})["stats"]["harnesses"], 30)
+    eventually(lambda: not request(operator, {"op": "stats", "id": 1})["stats"]["harnesses"], what="the close seen")
     assert set(views(guard.socket)) == (set() if forgotten else {"session-root", "child"})
 
 
@@ -428,19 +432,25 @@ def test_a_guard_that_comes_back_is_used_again_and_the_outage_end_is_logged(node
     apply(ctx, { guardSocket: argv[0], failClosed: true })
     const a = agent('session-back')
     result.down = await call(ctx, a, { command: 'ls' })
-    process.stdout.write('down\\n')
-    while (!(await import('node:fs')).existsSync(argv[0])) await sleep(20)
-    await sleep(200)
+    const { existsSync, writeFileSync } = await import('node:fs')
+    writeFileSync(argv[1], 'down')
+    while (!existsSync(argv[2])) await sleep(20)           // the test started the guard, and it answers
     result.first = await call(ctx, a, { command: 'ls' })
     result.second = await call(ctx, a, { command: 'ls' })
     ctx.dispose()
     """
+    down, back = tmp_path / "down", tmp_path / "back"
     outcome: dict[str, Any] = {}
-    thread = threading.Thread(target=lambda: outcome.update(run_node(node, tmp_path, body, str(g.socket))))
+    thread = threading.Thread(
+        target=lambda: outcome.update(run_node(node, tmp_path, body, str(g.socket), str(down), str(back)))
+    )
     thread.start()
-    threading.Event().wait(1.0)
-    g.start()
-    thread.join(60)
+    try:
+        eventually(down.exists, what="the plugin's call while the guard is away")
+        g.start()  # returns once the guard answers a ping
+    finally:
+        back.touch()
+        thread.join(60)
     assert outcome["down"].startswith("Circuit breaker unavailable (")  # fail closed while it was away
     assert outcome["first"] is None and outcome["second"].startswith("Circuit breaker (duplicate)")
     assert "guard back at" in outcome["stderr"] and "1 call(s) were not checked" in outcome["stderr"]

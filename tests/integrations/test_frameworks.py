@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,6 +20,7 @@ import pytest
 from breaker import Config, Guard
 from tests.conftest import GuardProcess, request
 from tests.e2e.harnesses import InstallError
+from tests.waits import eventually
 
 from . import frameworks
 
@@ -142,25 +142,29 @@ class Scenario:
         )
 
     def wait_ready(self, timeout: float = 120) -> None:
-        deadline = time.monotonic() + timeout
-        while not self.ready.exists():
-            if self.proc.poll() is not None:
-                raise AssertionError(f"the scenario ended before pausing:\n{self.log.read_text()[-4000:]}")
-            if time.monotonic() > deadline:
-                raise AssertionError(f"the scenario never paused:\n{self.log.read_text()[-4000:]}")
-            time.sleep(0.02)
+        self._until_written(self.ready, "the scenario to pause", timeout)
 
     def resume(self) -> None:
         self.go.write_text("go")
 
     def wait_again(self, timeout: float = 120) -> None:
         """Until the first run ended and the scenario waits to run the agent again (`--again`)."""
-        marker = self.ready.with_name(self.ready.name + "-again")
-        deadline = time.monotonic() + timeout
-        while not marker.exists():
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                raise AssertionError(f"the first run never ended:\n{self.log.read_text()[-4000:]}")
-            time.sleep(0.02)
+        self._until_written(self.ready.with_name(self.ready.name + "-again"), "the first run to end", timeout)
+
+    def _until_written(self, marker: Path, what: str, timeout: float) -> None:
+        """Until the scenario writes `marker`; fails with the scenario's log if it ends first or never does."""
+
+        def written() -> bool:
+            if marker.exists():
+                return True
+            if self.proc.poll() is not None:
+                raise AssertionError(f"the scenario ended before {what}")
+            return False
+
+        try:
+            eventually(written, timeout=timeout, what=what)
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}:\n{self.log.read_text()[-4000:]}") from None
 
     def run_again(self) -> None:
         self.go.with_name(self.go.name + "-again").write_text("go")

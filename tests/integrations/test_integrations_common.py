@@ -10,7 +10,6 @@ import re
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import pytest
@@ -18,6 +17,7 @@ import pytest
 from breaker.integrations._common import Breaker, Call, deny_text
 from breaker.protocol import Decision
 from tests.conftest import request
+from tests.waits import eventually
 
 ROOT = Path(__file__).resolve().parents[2]
 MODULES = {  # module -> (extra, the framework's top-level packages)
@@ -116,9 +116,7 @@ def test_the_breaker_asks_a_real_guard_sync_and_async_and_remembers_an_interrupt
     assert (row["agent"], row["harness"], row["parent"], row["calls"]) == ("agent-1", "my-framework", "boss", 2)
     assert breaker.interrupt_reason("agent-1", poll=True) is None
     request(guard.operator, {"op": "interrupt", "id": 2, "agent": "agent-1", "reason": "looping"})
-    deadline = time.monotonic() + 10
-    while breaker.interrupt_reason("agent-1", poll=True) is None and time.monotonic() < deadline:
-        time.sleep(0.01)
+    eventually(lambda: breaker.interrupt_reason("agent-1", poll=True) is not None, what="the interrupt's push")
     assert breaker.interrupt_reason("agent-1") == "looping"  # pushed, read without a call
     decision = breaker.check(call)
     assert not decision.allowed and decision.kind == "interrupted"

@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tests.waits import eventually
+
 ROOT = Path(__file__).resolve().parents[3]
 PROBE_ARGS = {"query": "cbprobe"}  # every call the same: the 7th is denied under the defaults
 FINAL = "done"
@@ -79,14 +81,10 @@ class Probe:
     def __call__(self, query: str) -> str:
         self.runs += 1
         if self.opts.mode == "bench":
-            time.sleep(0.001)
+            time.sleep(0.001)  # the tool's own work, the same in both arms of the benchmark: not a wait
         if self.runs == self.opts.pause_at and self.opts.ready and self.opts.go:
             self.opts.ready.write_text(json.dumps({"runs": self.runs}))
-            deadline = time.monotonic() + 120
-            while not self.opts.go.exists():
-                if time.monotonic() > deadline:
-                    raise TimeoutError("the test never said go")
-                time.sleep(0.01)
+            eventually(self.opts.go.exists, timeout=120, what=f"the test to say go ({self.opts.go})")
         return "ok" if self.opts.results == "same" else f"ok {self.runs}"
 
 
@@ -125,14 +123,6 @@ def steps(record: Record, run: Callable[[], str]) -> list[float]:
     return [b - a for a, b in zip(record.times, record.times[1:], strict=False)]
 
 
-def wait_for(path: Path, timeout: float = 120) -> None:
-    deadline = time.monotonic() + timeout
-    while not path.exists():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"the test never wrote {path}")
-        time.sleep(0.01)
-
-
 def outcome(run: Callable[[], str]) -> tuple[dict[str, Any], BaseException | None]:
     """How one run ended: its final answer, or its error."""
     out: dict[str, Any] = {"final": None, "error": None, "error_text": None}
@@ -168,7 +158,8 @@ def finish(
     out.update(runs=probe.runs, requests=record.requests, **extra)
     if opts.again and again is not None and opts.ready and opts.go:
         opts.ready.with_name(opts.ready.name + "-again").write_text(json.dumps({"runs": probe.runs}))
-        wait_for(opts.go.with_name(opts.go.name + "-again"))
+        go_again = opts.go.with_name(opts.go.name + "-again")
+        eventually(go_again.exists, timeout=120, what=f"the test to say go again ({go_again})")
         before = probe.runs
         out["again"], _ = outcome(lambda: again(error))
         out["again"]["runs"] = probe.runs - before
