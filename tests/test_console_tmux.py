@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import shutil
 import sys
 import time
 
@@ -11,7 +10,7 @@ import pytest
 from breaker.client import GuardClient
 from tests.conftest import ROOT
 
-pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="needs tmux (.ci/run installs it)")
+pytestmark = pytest.mark.needs("tmux")
 
 
 def agent_row(tmux, agent: str, harness: str, status: str, timeout: float = 20.0) -> str:
