@@ -98,12 +98,14 @@ INSTALLS: dict[str, Callable[..., object]] = {
 
 
 def need_installs(item: pytest.Item) -> None:
-    """Go on only if every install the test's fixtures hand it is there (by the fixture's name, or a parameter
-    naming the harness a fixture asks for). Checked before the fixtures run, so that the tests skipped for one
-    reason are one line of the summary (a skip from a fixture is a line each)."""
+    """Go on only if every install the test needs is there: named by a fixture it uses, by a parameter naming
+    the harness a fixture asks for, or by its marker (`e2e("node")`, for a test that runs one in a child).
+    Checked before the fixtures run, so that the tests skipped for one reason are one line of the summary (a
+    skip from a fixture is a line each)."""
     callspec = getattr(item, "callspec", None)
     params = [v for v in callspec.params.values() if isinstance(v, str)] if callspec else []
-    for name in dict.fromkeys([*getattr(item, "fixturenames", ()), *params]):
+    marked = [name for mark in item.iter_markers("e2e") for name in mark.args]
+    for name in dict.fromkeys([*getattr(item, "fixturenames", ()), *params, *marked]):
         if name in INSTALLS:
             installed(INSTALLS[name])
 
