@@ -3,7 +3,6 @@ and the check that the run left the real HOME as it was (docs/testing.md)."""
 
 from __future__ import annotations
 
-import getpass
 import os
 import shutil
 import signal
@@ -23,7 +22,7 @@ import pytest
 
 from tests import tiers
 from tests.e2e.harnesses import CACHE
-from tests.isolation import UNSET, HomeRecord, pip_env, private_env, real_home
+from tests.isolation import UNSET, HomeRecord, pip_env, private_env
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -288,16 +287,10 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
     return min(2 * cores, 8)
 
 
-def _home_skips(config: pytest.Config, real: dict[str, str]) -> list[Path]:
+def _home_skips(config: pytest.Config) -> list[Path]:
     """Where tests write by design, should it be in the real HOME: the checkout, the e2e cache, the temp
-    directory (or, when HOME itself is in it, pytest's base temp and this run's session directories)."""
-    skips = [ROOT, CACHE]
-    temp = Path(tempfile.gettempdir())
-    home = real_home(real)
-    if home.resolve().is_relative_to(temp.resolve()):
-        skips += [temp / f"pytest-of-{getpass.getuser()}", *temp.glob("cb-session-*")]
-    else:
-        skips.append(temp)
+    directory, pytest's base temp."""
+    skips = [ROOT, CACHE, Path(tempfile.gettempdir())]
     if config.option.basetemp:
         skips.append(Path(config.option.basetemp))
     return skips
@@ -312,7 +305,7 @@ def pytest_configure(config: pytest.Config) -> None:
     real = dict(os.environ)
     if not hasattr(config, "workerinput"):  # the run's own process, not an xdist worker (its HOME is ours)
         config.stash[REAL_ENV] = real
-        config.stash[REAL_HOME] = HomeRecord(real, _home_skips(config, real))
+        config.stash[REAL_HOME] = HomeRecord(real, _home_skips(config))
         if config.pluginmanager.hasplugin("xdist"):
             config.pluginmanager.register(_WorkerReports(config), "cb-worker-reports")
     session_dir = Path(tempfile.mkdtemp(prefix="cb-session-"))
@@ -385,7 +378,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if before is None:
         return
     real = config.stash[REAL_ENV]
-    changes = before.changes(HomeRecord(real, _home_skips(config, real)))
+    changes = before.changes(HomeRecord(real, _home_skips(config)))
     config.stash[HOME_CHANGES] = changes
     if changes:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED

@@ -75,9 +75,10 @@ class HomeRecord:
     """
 
     def __init__(self, environ: Mapping[str, str], skip: Iterable[Path]) -> None:
-        self.skip = [Path(os.path.realpath(p)) for p in skip]
-        self.home = real_home(environ)
-        home = self.home
+        self.home = home = real_home(environ)
+        # A place to skip that holds HOME itself (a HOME in the temp directory) is looked into all the same.
+        real = Path(os.path.realpath(home))
+        self.skip = [s for s in map(Path, map(os.path.realpath, skip)) if not real.is_relative_to(s)]
         places = Places.of(home=str(home), environ=environ)
         config = Path(environ.get("XDG_CONFIG_HOME") or home / ".config")
         state = Path(environ.get("XDG_STATE_HOME") or home / ".local" / "state")
