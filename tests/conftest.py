@@ -1,20 +1,28 @@
-"""Shared fixtures: a real guard server process on a private socket."""
+"""Shared fixtures (a real guard process on a private socket, a private tmux), each test's own HOME, the tiers,
+and the check that the run left the real HOME as it was (docs/testing.md)."""
 
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
+import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
 
+from tests import tiers
+from tests.e2e.harnesses import CACHE
+from tests.isolation import UNSET, HomeRecord, pip_env, private_env
 from tests.waits import TIMEOUT, eventually
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -236,14 +244,169 @@ class Tmux:
 
 @pytest.fixture
 def tmux() -> Iterator[Tmux]:
+    tiers.need_tools(["tmux"])
     t = Tmux()
     yield t
     t.kill()
 
 
 @pytest.fixture(autouse=True)
-def _private_state_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
-    """No test writes a guard's state file (or a console's guard log) into the real $XDG_STATE_HOME, and no
-    console reads the user's keymap or themes from the real $XDG_CONFIG_HOME."""
-    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path_factory.mktemp("xdg-state")))
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path_factory.mktemp("xdg-config")))
+def _private_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each test has a HOME and XDG directories of its own (and so its own default socket, state file, keymap,
+    themes, and whatever a harness or a framework writes under ~): docs/testing.md."""
+    for name, value in private_env(tmp_path_factory.mktemp("h")).items():
+        monkeypatch.setenv(name, value)
+
+
+# --- tiers, isolation and the summary: docs/testing.md ---------------------------------------------------------
+
+REAL_ENV = pytest.StashKey[dict[str, str]]()
+REAL_HOME = pytest.StashKey[HomeRecord]()
+SESSION_DIR = pytest.StashKey[Path]()
+LEFT_OUT = pytest.StashKey[dict[str, int]]()
+HOME_CHANGES = pytest.StashKey[list[str]]()
+HARNESS_RUNS: list[tuple[str, str, float]] = []  # (test, harness, seconds) of each real harness run
+_STARTED = time.monotonic()
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--all",
+        action="store_true",
+        dest="all_tiers",
+        help="run every tier, not only the fast one: " + ", ".join(t.marker for t in tiers.ASKED_FOR),
+    )
+
+
+@pytest.hookimpl(optionalhook=True)  # a hook of pytest-xdist's: `-n auto` (addopts)
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
+    """Two workers a core, 8 at most: a test spends about half its time waiting on a process, a socket or a
+    screen (docs/testing.md has the figures). PYTEST_XDIST_AUTO_NUM_WORKERS still decides when it is set."""
+    if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
+        return None
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return min(2 * cores, 8)
+
+
+def _home_skips(config: pytest.Config) -> list[Path]:
+    """Where tests write by design, should it be in the real HOME: the checkout, the e2e cache, the temp
+    directory, pytest's base temp."""
+    skips = [ROOT, CACHE, Path(tempfile.gettempdir())]
+    if config.option.basetemp:
+        skips.append(Path(config.option.basetemp))
+    return skips
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if hasattr(config, "workerinput") and config.option.basetemp:
+        # xdist names a worker's base temp `popen-gw0`; `gw0` keeps the sockets that tests make under tmp_path
+        # within the 107-byte limit, as they are without xdist (this runs before pytest's own tmp_path setup).
+        base = Path(config.option.basetemp)
+        config.option.basetemp = str(base.with_name(base.name.removeprefix("popen-")))
+    real = dict(os.environ)
+    if not hasattr(config, "workerinput"):  # the run's own process, not an xdist worker (its HOME is ours)
+        config.stash[REAL_ENV] = real
+        config.stash[REAL_HOME] = HomeRecord(real, _home_skips(config))
+        if config.pluginmanager.hasplugin("xdist"):
+            config.pluginmanager.register(_WorkerReports(config), "cb-worker-reports")
+    session_dir = Path(tempfile.mkdtemp(prefix="cb-session-"))
+    config.stash[SESSION_DIR] = session_dir
+    for name in UNSET:
+        os.environ.pop(name, None)
+    os.environ.update(private_env(session_dir))
+    os.environ.update(pip_env(real, CACHE))
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    session_dir = config.stash.get(SESSION_DIR, None)
+    if session_dir is not None:
+        shutil.rmtree(session_dir, ignore_errors=True)
+
+
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    if tiers.everything_asked(config):
+        how = "this run's -m" if config.getoption("markexpr") else "every tier"
+        ci = "; CI=true: a missing requirement fails" if tiers.in_ci() else ""
+        return [f"tiers: {how}{ci}"]
+    return ["tiers: the fast one (" + ", ".join(t.marker for t in tiers.ASKED_FOR) + " when asked for: --all)"]
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    left, counts = tiers.not_asked(config, items)
+    if left:
+        config.hook.pytest_deselected(items=left)
+        gone = set(map(id, left))
+        items[:] = [item for item in items if id(item) not in gone]
+    config.stash[LEFT_OUT] = counts
+
+
+@pytest.hookimpl(tryfirst=True)  # before the fixtures: a missing tool skips before a fixture trips on it
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    for mark in item.iter_markers("needs"):
+        tiers.need_tools(mark.args)
+    if item.get_closest_marker("e2e"):
+        tiers.need_installs(item)
+    if item.get_closest_marker("frameworks"):
+        tiers.need_frameworks()
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if report.when == "call":
+        for name, value in report.user_properties:
+            if name == "harness_run":
+                harness, seconds = value
+                HARNESS_RUNS.append((report.nodeid.rsplit("::", 1)[-1], harness, seconds))
+
+
+class _WorkerReports:
+    """Under xdist, the tiers each worker left out (workers collect; the controller reports)."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+
+    def pytest_testnodedown(self, node: Any, error: Any) -> None:
+        counts = getattr(node, "workeroutput", {}).get("cb_left_out")
+        if counts is not None:
+            self.config.stash[LEFT_OUT] = counts
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    config = session.config
+    if hasattr(config, "workerinput"):
+        config.workeroutput["cb_left_out"] = config.stash.get(LEFT_OUT, {})  # type: ignore[attr-defined]
+        return
+    before = config.stash.get(REAL_HOME, None)
+    if before is None:
+        return
+    real = config.stash[REAL_ENV]
+    changes = before.changes(HomeRecord(real, _home_skips(config)))
+    config.stash[HOME_CHANGES] = changes
+    if changes:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    tr = terminalreporter
+    if HARNESS_RUNS:
+        tr.section("e2e harness runs")
+        by_harness: dict[str, float] = {}
+        for test, harness, seconds in HARNESS_RUNS:
+            tr.write_line(f"{seconds:6.1f} s  {harness:7} {test}")
+            by_harness[harness] = by_harness.get(harness, 0.0) + seconds
+        tr.write_line(
+            f"{len(HARNESS_RUNS)} runs, {sum(by_harness.values()):.1f} s in harnesses "
+            f"({', '.join(f'{h} {s:.1f} s' for h, s in by_harness.items())}); "
+            f"{time.monotonic() - _STARTED:.1f} s since the run started"
+        )
+    left = tiers.summary(config.stash.get(LEFT_OUT, {}))
+    if left:
+        tr.section("tiers not asked for (deselected)")
+        for line in left:
+            tr.write_line(line)
+    changes = config.stash.get(HOME_CHANGES, [])
+    if changes:
+        home = config.stash[REAL_HOME].home
+        tr.section(f"the real HOME was written to ({home}): FAILED", red=True, bold=True)
+        for line in changes:
+            tr.write_line(line)
+        tr.write_line("a test wrote outside its own HOME (or another program wrote there meanwhile); docs/testing.md")

@@ -98,7 +98,16 @@ def test_every_benchmark_has_a_smoke_run():
     assert sorted(PROMISES) == sorted(p.name for p in BENCH.glob("bench_*.py"))
 
 
-@pytest.mark.parametrize("script", sorted(PROMISES))
+# The `slow` tier: the smoke runs that take 5 s or more here (the rest stay in the fast tier). Two run what is
+# installed into the cache: the hook's benchmark the dsh plugin in Node 22, the frameworks' each framework.
+SLOW = {"bench_adversarial.py", "bench_console.py", "bench_console_scale.py", "bench_fleet.py", "bench_state.py"}
+MARKS = {name: [pytest.mark.slow] for name in SLOW} | {
+    "bench_hook.py": [pytest.mark.e2e("node")],
+    "bench_integrations.py": [pytest.mark.frameworks],
+}
+
+
+@pytest.mark.parametrize("script", [pytest.param(name, marks=MARKS.get(name, [])) for name in sorted(PROMISES)])
 def test_benchmark_runs_quick_and_prints_the_figures_it_promises(script):
     out = subprocess.run(
         [sys.executable, str(BENCH / script), "--quick"], capture_output=True, text=True, timeout=240, check=True

@@ -208,6 +208,7 @@ async def test_a_guard_that_goes_away_is_shown_gone_and_comes_back_by_itself(gua
         assert "strike" not in str(table.get_cell(on_a, "guard").style)
 
 
+@pytest.mark.needs("tmux")
 def test_the_command_with_two_attaches_shows_both_guards_in_a_real_terminal(guard_factory, tmux):
     a, b = guard_factory(), guard_factory()
     loop(a, "alpha-agent", 1)

@@ -11,7 +11,6 @@ import asyncio
 import html
 import re
 import shlex
-import shutil
 import sys
 import unicodedata
 from collections.abc import Iterator
@@ -41,6 +40,7 @@ from console.widgets.keys import KeysTable
 from tests.conftest import ROOT, Tmux
 from tests.test_console_pilot import text_of
 from tests.test_console_snapshots import STATES, T0, NoGuard, frame
+from tests.tiers import need_tools
 from tests.waits import eventually_async
 
 # -- the function ----------------------------------------------------------------------------------------------
@@ -280,13 +280,13 @@ async def test_a_fleets_hosts_as_the_guards_send_them_are_drawn_inert(net):
 
 @pytest.fixture
 def terminal() -> Iterator[Tmux]:
-    if shutil.which("tmux") is None:
-        pytest.skip("needs tmux")
+    need_tools(["tmux"])
     t = Tmux()
     yield t
     t.kill()
 
 
+@pytest.mark.needs("tmux")
 def test_a_hostile_agent_id_neither_retitles_nor_clears_a_real_terminal(terminal, guard):
     title = "cbtest-title"
     console = f"{shlex.quote(sys.executable)} -m console.cli --attach --socket {shlex.quote(str(guard.socket))}"

@@ -8,6 +8,7 @@ import shlex
 import shutil
 import signal
 import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,7 +18,7 @@ from breaker.client import GuardClient
 from tests.conftest import ROOT, Tmux, request
 from tests.waits import eventually
 
-pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="needs tmux (.ci/run installs it)")
+pytestmark = pytest.mark.needs("tmux")
 
 ENDING = [signal.SIGHUP, signal.SIGTERM]
 
@@ -140,12 +141,16 @@ class Terminal:
 
 
 @pytest.fixture
-def term(tmux: Tmux, tmp_path: Path) -> Iterator[Terminal]:
-    t = Terminal(tmux, tmp_path)
+def term(tmux: Tmux) -> Iterator[Terminal]:
+    # Its own short directory in /tmp, not tmp_path: the demo's sockets go under TMPDIR, and a socket path has at
+    # most 107 bytes (pytest's directories, deeper under xdist, leave too few).
+    root = Path(tempfile.mkdtemp(prefix="cbsig-", dir="/tmp"))
+    t = Terminal(tmux, root)
     yield t
     for pid in t.left_running():  # a failed test leaves no orphan behind it
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
+    shutil.rmtree(root, ignore_errors=True)
 
 
 def test_closing_the_terminal_stops_the_demo_guard_and_driver_and_removes_the_demo_files(term):

@@ -110,6 +110,7 @@ def expand(line: str, env: dict[str, str]) -> list[str]:
     return [re.sub(r"\$(\w+)", lambda m: env[m.group(1)], word) for word in shlex.split(line)]
 
 
+@pytest.mark.needs("sshd", "ssh", "ssh-keygen")
 async def test_a_remote_guards_operator_socket_forwarded_by_ssh_as_documented_is_watched_and_acted_on(
     guard_factory, sshd, tmp_path
 ):

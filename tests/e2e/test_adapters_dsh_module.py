@@ -26,10 +26,12 @@ from breaker.paths import check_socket, default_operator_socket_path
 from tests.conftest import request
 from tests.guardproxy import GuardProxy, is_check
 from tests.test_paths import HOSTILE, SQUATS, Squatter, expected_refusal, squatted
+from tests.tiers import installed
 from tests.waits import eventually
 
 from . import harnesses
-from .harnesses import InstallError
+
+pytestmark = pytest.mark.e2e  # Node 22, from npm into the cache
 
 PLUGIN = Path(plugin_dir())
 
@@ -69,10 +71,7 @@ PRELUDE = textwrap.dedent("""
 
 @pytest.fixture(scope="session")
 def node() -> Path:
-    try:
-        return harnesses.ensure_node22() / "node"
-    except InstallError as e:  # loud: never a skip
-        pytest.fail(f"could not install Node 22: {e}", pytrace=False)
+    return installed(harnesses.ensure_node22) / "node"
 
 
 def run_node(

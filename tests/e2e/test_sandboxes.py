@@ -28,6 +28,8 @@ from typing import Any
 
 import pytest
 
+from tests.tiers import need_tools
+
 from .fakemodel import FakeModel, ToolCall
 from .harnesses import Harness
 from .runs import Run, _home_env, _scratch, run_process
@@ -254,13 +256,8 @@ def test_codex_exec_cannot_escalate_out_of_the_sandbox(codex, tmp_path, sockets,
 
 @pytest.fixture
 def claude_sandbox_deps() -> None:
-    missing = [tool for tool in ("bwrap", "socat") if shutil.which(tool) is None]
-    if missing:
-        pytest.fail(
-            f"Claude Code's Linux sandbox needs {' and '.join(missing)} on PATH "
-            "(Debian: apt-get install bubblewrap socat)",
-            pytrace=False,
-        )
+    """Claude Code's Linux sandbox needs bubblewrap and socat on PATH (Codex brings its own bubblewrap)."""
+    need_tools(["bwrap", "socat"])
 
 
 BASE_SANDBOX = {
@@ -302,6 +299,7 @@ def _run_claude(
         return _finish(run, fake, hook_out)
 
 
+@pytest.mark.needs("bwrap", "socat")
 def test_claude_sandbox_blocks_unix_sockets_but_the_hook_reaches_both(
     claude, claude_sandbox_deps, tmp_path, sockets, timed
 ):
@@ -313,6 +311,7 @@ def test_claude_sandbox_blocks_unix_sockets_but_the_hook_reaches_both(
     _assert_hook_reaches_both(probe, sockets)
 
 
+@pytest.mark.needs("bwrap", "socat")
 def test_claude_allow_all_unix_sockets_plus_deny_read_hides_only_the_operator_directory(
     claude, claude_sandbox_deps, tmp_path, sockets, timed
 ):
@@ -329,6 +328,7 @@ def test_claude_allow_all_unix_sockets_plus_deny_read_hides_only_the_operator_di
     _assert_hook_reaches_both(probe, sockets)
 
 
+@pytest.mark.needs("bwrap", "socat")
 def test_claude_allow_unix_sockets_list_is_ignored_on_linux(claude, claude_sandbox_deps, tmp_path, sockets, timed):
     sandbox = {**BASE_SANDBOX, "network": {"allowUnixSockets": [str(sockets.guard), str(sockets.guard.parent)]}}
     probe = _run_claude(claude, tmp_path, sockets, sandbox)
@@ -337,6 +337,7 @@ def test_claude_allow_unix_sockets_list_is_ignored_on_linux(claude, claude_sandb
     assert (rec["ok"], rec["stage"], rec["errno"]) == (False, "socket", errno.EPERM), rec
 
 
+@pytest.mark.needs("bwrap", "socat")
 def test_claude_dangerously_disable_sandbox_is_ignored_when_unsandboxed_commands_are_off(
     claude, claude_sandbox_deps, tmp_path, sockets, timed
 ):

@@ -15,6 +15,8 @@ from breaker import Config, Guard
 
 from .test_adapters_dsh_module import node, run_node  # noqa: F401  (node is a fixture)
 
+pytestmark = pytest.mark.e2e  # Node 22, from npm into the cache
+
 RECOMMENDED = "- id: circuit-breaker\n  config:\n    preset: recommended\n"
 
 # One call through the plugin as dsh runs it: pre-execute, the guards, the tool ("ran" with `output`),

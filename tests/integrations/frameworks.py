@@ -8,7 +8,8 @@ own pins (textual, pytest < 9): each gets `.cache/frameworks/<extra>/`, made by 
 The checkout's own `breaker` comes first on the scenarios' PYTHONPATH, so the tests run the code as it
 is now, not the copy installed. A venv is reused while its stamp matches the pins; an install is
 built beside it and moved into place only once it imports; PyPI out of reach raises `InstallError`
-with pip's own words: the tests fail, never skip.
+with pip's own words, and the command exits 1. The tests never install: they ask with `install=False`
+(`NotInstalled` when a venv is missing) and skip saying so, or fail under `CI=true` (docs/testing.md).
 """
 
 from __future__ import annotations
@@ -22,7 +23,16 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.e2e.harnesses import CACHE, InstallError, _fresh_dir, _locked, _promote, _stamp_ok, _write_stamp
+from tests.e2e.harnesses import (
+    CACHE,
+    InstallError,
+    NotInstalled,
+    _fresh_dir,
+    _locked,
+    _promote,
+    _stamp_ok,
+    _write_stamp,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 PIP_TIMEOUT = 1800  # seconds for one install; CrewAI's cold install is the longest (about 2.5 min here)
@@ -96,8 +106,8 @@ def _pip(python: Path, args: list[str], what: str, log: Path) -> None:
         )
 
 
-def ensure(extra: str) -> Framework:
-    """The framework's venv, installed if missing or if its pins changed."""
+def ensure(extra: str, install: bool = True) -> Framework:
+    """The framework's venv, installed if missing or if its pins changed (`install=False`: `NotInstalled`)."""
     if extra not in FRAMEWORKS:
         raise InstallError(f"unknown framework {extra!r} (known: {', '.join(FRAMEWORKS)})")
     wanted = pins(extra)
@@ -106,6 +116,8 @@ def ensure(extra: str) -> Framework:
     python = final / "bin" / "python"
     if _stamp_ok(final, spec) and python.exists():
         return Framework(extra, python, wanted)
+    if not install:
+        raise NotInstalled(f"the {extra} venv (not in {final})")
     with _locked(f"framework-{extra}"):
         if _stamp_ok(final, spec) and python.exists():
             return Framework(extra, python, wanted)
