@@ -22,7 +22,7 @@ import pytest
 
 from tests import tiers
 from tests.e2e.harnesses import CACHE
-from tests.isolation import UNSET, HomeRecord, pip_env, private_env
+from tests.isolation import UNSET, HomeRecord, loopback_env, pip_env, private_env
 from tests.waits import TIMEOUT, eventually
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -315,6 +315,7 @@ def pytest_configure(config: pytest.Config) -> None:
         os.environ.pop(name, None)
     os.environ.update(private_env(session_dir))
     os.environ.update(pip_env(real, CACHE))
+    os.environ.update(loopback_env(real))
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

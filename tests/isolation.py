@@ -59,6 +59,19 @@ def pip_env(real: Mapping[str, str], cache: Path) -> dict[str, str]:
     return env
 
 
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+
+def loopback_env(real: Mapping[str, str]) -> dict[str, str]:
+    """The tests' servers (the fake model, the metrics endpoint, the OTLP receiver) are on loopback: a proxy the
+    user set for the internet (`http_proxy`, `HTTPS_PROXY`) must not be asked for them. Both spellings of
+    `no_proxy` get loopback added to what the user had (Python, pip and curl read the lower case, Node tools
+    either)."""
+    had = [part for name in ("no_proxy", "NO_PROXY") for part in real.get(name, "").split(",") if part.strip()]
+    value = ",".join(dict.fromkeys([*had, *LOOPBACK]))
+    return {"no_proxy": value, "NO_PROXY": value}
+
+
 def real_home(environ: Mapping[str, str]) -> Path:
     return Path(environ.get("HOME") or pwd.getpwuid(os.getuid()).pw_dir)
 

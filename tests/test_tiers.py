@@ -5,14 +5,17 @@ its own; a tier not asked for is left out and listed; a missing tool skips with 
 
 from __future__ import annotations
 
+import http.server
 import json
 import os
 import subprocess
 import sys
 import textwrap
+import threading
 from pathlib import Path
 
 from tests.conftest import ROOT
+from tests.isolation import loopback_env
 
 SUITE = textwrap.dedent("""
     import json, os
@@ -110,3 +113,25 @@ def test_under_ci_every_tier_runs_and_a_missing_tool_fails(tmp_path):
     assert code == 1, out
     assert "ERROR test_small.py::test_drives_tmux" in out and "[CI=true: a missing requirement fails]" in out, out
     assert "3 passed, 1 error" in out, out  # the e2e test ran
+
+
+def test_a_proxy_the_user_set_for_the_internet_is_not_asked_for_the_tests_loopback_servers():
+    env = loopback_env({"no_proxy": "corp.example"})
+    assert env["no_proxy"].split(",")[0] == "corp.example"  # the user's own entries are kept
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), http.server.SimpleHTTPRequestHandler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    dead = "http://127.0.0.1:9"  # a proxy nothing listens on: a request sent there fails
+    child = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            f"import urllib.request as u; print(u.urlopen('http://127.0.0.1:{server.server_port}/', timeout=9).status)",
+        ],
+        env={**os.environ, "http_proxy": dead, "HTTP_PROXY": dead, **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    server.shutdown()
+    assert child.stdout.strip() == "200", child.stderr
+    assert "127.0.0.1" in os.environ["no_proxy"].split(",")  # and the run itself has it
