@@ -117,6 +117,16 @@ def assert_inert(app: App, where: str, *visible: str) -> None:
         )
 
 
+async def shows_inert(app: App, pilot: object, where: str, *visible: str) -> None:
+    """Once the screen shows what it must (the hostile strings as escapes), nothing on it is drawn as it is."""
+    try:
+        await eventually_async(
+            lambda: all(v in rendered(app) for v in visible), what=f"{where}: {visible!r}", pilot=pilot
+        )
+    finally:
+        assert_inert(app, where, *visible)  # on a timeout, fails naming what is missing and showing the screen
+
+
 @pytest.fixture(params=["shipped", "no last-line filter"])
 def net(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     """As shipped; and without the filter that blanks what a widget forgot: each place escapes what it draws."""
@@ -157,33 +167,30 @@ async def test_every_screen_draws_hostile_ids_tools_args_and_harnesses_inert(tmp
             await eventually_async(lambda: table.selected == AGENT, what="the hostile agent selected", pilot=pilot)
             app.state.changed()  # drawn again: the detail pane shows the selected agent
             await eventually_async(lambda: inert(AGENT) in text_of(detail), what="its detail", pilot=pilot)
-            await pilot.pause()  # one refresh puts it on the screen
-            assert_inert(app, "the main screen", "\\x9b2J", "<U+202E>", "\\x1b]0;PWNED\\x07", "<U+2028>")
+            await shows_inert(app, pilot, "the main screen", "\\x9b2J", "<U+202E>", "\\x1b]0;PWNED\\x07", "<U+2028>")
             await pilot.press("t")  # the tree: the subagent under its hostile parent
             title = app.query_one("#agents-title")
             await eventually_async(lambda: "under their parent" in text_of(title), what="the tree drawn", pilot=pilot)
-            await pilot.pause()
-            assert_inert(app, "the tree", "\\x85")
+            await shows_inert(app, pilot, "the tree", "\\x85")
             await pilot.press("c", "C")  # copied, and said so in notices
             await eventually_async(lambda: app.clipboard.startswith("tool"), what="the call copied", pilot=pilot)
             assert app.clipboard == inert(app.clipboard) and "\\x9b31m" in app.clipboard
             await eventually_async(lambda: rendered(app).count("Copied") >= 2, what="both notices shown", pilot=pilot)
-            assert_inert(app, "the notices", "Copied")
+            await shows_inert(app, pilot, "the notices", "Copied")
             await pilot.press("i")  # the interrupt's confirmation names the agent
             await eventually_async(lambda: isinstance(app.screen, ConfirmScreen), pilot=pilot)
-            assert_inert(app, "the interrupt's confirmation", "\\x9b2J")
+            await shows_inert(app, pilot, "the interrupt's confirmation", "\\x9b2J")
             await pilot.press("n", "x")  # exempting its tool: the confirmation names the tool
             await eventually_async(lambda: isinstance(app.screen, ConfirmScreen), pilot=pilot)
-            assert_inert(app, "the exempt confirmation", "\\x9b31m")
+            await shows_inert(app, pilot, "the exempt confirmation", "\\x9b31m")
             await pilot.press("y")  # exempted: the notice, the header's exempt list
             await eventually_async(lambda: TOOL in app.state.exempt, what="the tool exempted", pilot=pilot)
             header = app.query_one(GuardHeader)
             await eventually_async(lambda: inert(TOOL) in text_of(header), what="the header's exempt list", pilot=pilot)
-            await pilot.pause()
-            assert_inert(app, "the header after the exemption", "exempt")
+            await shows_inert(app, pilot, "the header after the exemption", "exempt")
             await pilot.press("o")  # the override form names the agent
             await eventually_async(lambda: isinstance(app.screen, OverrideScreen), pilot=pilot)
-            assert_inert(app, "the override form", "\\x9b2J")
+            await shows_inert(app, pilot, "the override form", "\\x9b2J")
             await pilot.press("escape", "e")  # the config form: the exempt list holds the hostile tool
             await eventually_async(lambda: isinstance(app.screen, ConfigScreen), pilot=pilot)
             form = app.screen
@@ -192,8 +199,7 @@ async def test_every_screen_draws_hostile_ids_tools_args_and_harnesses_inert(tmp
             assert form.validate_form() == {}  # saved untouched, it changes nothing
             exempt.focus()
             await eventually_async(lambda: exempt.has_focus, what="the exempt field focused", pilot=pilot)
-            await pilot.pause()
-            assert_inert(app, "the config form's exempt field", "\\x9B31m\\u202E")
+            await shows_inert(app, pilot, "the config form's exempt field", "\\x9B31m\\u202E")
             await pilot.press("escape", "enter")  # the drill-down: its calls as the guard sends them
             await eventually_async(lambda: isinstance(app.screen, AgentScreen), pilot=pilot)
             drill = app.screen
@@ -205,8 +211,7 @@ async def test_every_screen_draws_hostile_ids_tools_args_and_harnesses_inert(tmp
                 what="the drill-down drawn with its calls",
                 pilot=pilot,
             )
-            await pilot.pause()
-            assert_inert(app, "the drill-down", "\\x9b2J", "<U+202E>", "\\x9d8;;http://x\\x9c")
+            await shows_inert(app, pilot, "the drill-down", "\\x9b2J", "<U+202E>", "\\x9d8;;http://x\\x9c")
             await pilot.press("c")
             await eventually_async(
                 lambda: app.clipboard == inert(AGENT), what="the id copied as it is shown", pilot=pilot
@@ -221,7 +226,7 @@ async def test_every_screen_draws_hostile_ids_tools_args_and_harnesses_inert(tmp
             assert AGENT in {a["agent"] for a in orjson.loads(report.read_bytes())["agents"]}  # the data, exact
             await pilot.press("q")  # harnesses are connected: the dialog names them
             await eventually_async(lambda: isinstance(app.screen, ConfirmScreen), pilot=pilot)
-            assert_inert(app, "the quit dialog", "harn\\x9b2J<U+202E>ss")
+            await shows_inert(app, pilot, "the quit dialog", "harn\\x9b2J<U+202E>ss")
             await pilot.press("s")
         finally:
             harness.close()
@@ -244,11 +249,10 @@ async def test_a_fleets_guard_names_are_drawn_inert(guard_factory, net):
             app.state.changed()  # drawn again: the detail pane shows the selected agent
             detail = app.query_one(AgentDetail)
             await eventually_async(lambda: inert(AGENT) in text_of(detail), what="the agent's detail", pilot=pilot)
-            await pilot.pause()
-            assert_inert(app, "the fleet's main screen", "box\\x9b2J<U+202E>")
+            await shows_inert(app, pilot, "the fleet's main screen", "box\\x9b2J<U+202E>")
             await pilot.press("p")  # the pause's confirmation names the guard
             await eventually_async(lambda: isinstance(app.screen, ConfirmScreen), pilot=pilot)
-            assert_inert(app, "the pause's confirmation", "box\\x9b2J<U+202E>")
+            await shows_inert(app, pilot, "the pause's confirmation", "box\\x9b2J<U+202E>")
             await pilot.press("n")
         finally:
             harness.close()
