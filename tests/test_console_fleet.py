@@ -24,7 +24,7 @@ from console.widgets.detail import AgentDetail
 from console.widgets.header import GuardHeader
 from tests.conftest import ROOT, request
 from tests.test_console_pilot import SIZE, loop, text_of
-from tests.waits import eventually_async
+from tests.waits import eventually, eventually_async
 
 
 def row(agent: str, parent: str | None = None, worst: int = 1, status: str = "ok") -> AgentRow:
@@ -217,9 +217,13 @@ def test_the_command_with_two_attaches_shows_both_guards_in_a_real_terminal(guar
         f"{sys.executable} -m console.cli --attach first={a.socket} --attach second={b.operator} --readonly; sleep 30"
     )
     tmux.start(f"cd {ROOT} && {command}", width=160, height=40)
-    screen = tmux.wait_for("beta-agent", timeout=30)
-    screen = tmux.wait_for("alpha-agent", timeout=30)
-    assert "2 guards" in screen and "first attached" in screen and "second attached" in screen
+    shown = ("beta-agent", "alpha-agent", "2 guards", "first attached", "second attached")
+
+    def showing() -> str | None:
+        screen = tmux.screen()
+        return screen if all(needle in screen for needle in shown) else None
+
+    screen = eventually(showing, what=f"both agents and both guards attached: {shown}")
     beta = next(line for line in screen.splitlines() if "beta-agent" in line and "second" in line)
     assert "duplicate" in beta  # its status, on its guard's row
 
