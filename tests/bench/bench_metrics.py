@@ -33,7 +33,9 @@ ROOT = Path(__file__).resolve().parents[2]
 SCRAPE_EVERY = 0.05  # seconds: 300x a usual 15 s scrape interval, so that rounds of a second or two see dozens
 
 
-def start_guard(d: str, name: str, *flags: str, env: dict[str, str] | None = None) -> tuple[subprocess.Popen, str]:
+def start_guard(
+    d: str, name: str, *flags: str, env: dict[str, str] | None = None, procs: list[subprocess.Popen]
+) -> tuple[subprocess.Popen, str]:
     run = os.path.join(d, name)
     os.mkdir(run, 0o700)
     path = os.path.join(run, "guard.sock")
@@ -42,7 +44,9 @@ def start_guard(d: str, name: str, *flags: str, env: dict[str, str] | None = Non
         [sys.executable, "-m", "console.cli", "--headless", "--socket", path, "--log-level", "warning", *flags],
         cwd=ROOT,
         env={**environ, **(env or {})},
+        stdout=subprocess.DEVNULL,
     )
+    procs.append(proc)
     wait_for_socket(path)
     return proc, path
 
@@ -149,11 +153,11 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as d:
         os.chmod(d, 0o700)
         otel_env = {"OTEL_EXPORTER_OTLP_ENDPOINT": receiver.url, "OTEL_BLRP_SCHEDULE_DELAY": "200"}
-        off, off_path = start_guard(d, "off")
-        on, on_path = start_guard(d, "on", "--metrics", "127.0.0.1:0")
-        otel, otel_path = start_guard(d, "otel", "--otel", env=otel_env)
-        procs = [off, on, otel]
+        procs: list[subprocess.Popen] = []  # each guard stopped on the way out, however the run ends
         try:
+            off, off_path = start_guard(d, "off", procs=procs)
+            on, on_path = start_guard(d, "on", "--metrics", "127.0.0.1:0", procs=procs)
+            _otel, otel_path = start_guard(d, "otel", "--otel", env=otel_env, procs=procs)
             url = metrics_url(on_path)
             lat: dict[str, list[int]] = {"off": [], "on": [], "scraped": []}
             cpu: dict[str, list[float]] = {"off": [], "on": []}
@@ -224,7 +228,10 @@ def main() -> None:
             for p in procs:
                 p.send_signal(signal.SIGTERM)
             for p in procs:
-                p.wait(15)
+                try:
+                    p.wait(15)
+                except subprocess.TimeoutExpired:
+                    p.kill()
             receiver.server.shutdown()
 
 

@@ -46,7 +46,7 @@ ECHO_SERVER = textwrap.dedent("""
 """)
 
 
-def wait_for_socket(path: str, timeout: float = 10.0) -> None:
+def wait_for_socket(path: str, timeout: float = 60.0) -> None:  # a deadline: a loaded machine starts slowly
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
