@@ -416,7 +416,7 @@ class ServerSession:
             self._trip(agent, req.tool, kind, v.count, v.limit, now)
         if self.export_decisions:
             self._export("deny", kind, agent, meta, req, v.count, v.limit, v.reason, v.first, now)
-        return Decision(False, kind=v.kind, reason=v.reason, count=v.count, limit=v.limit).encode(rid)
+        return Decision.encode_deny(rid, v.kind, v.reason, v.count, v.limit)
 
     def _warned(self, agent: str, meta: AgentMeta, req: Check, v: Any, now: float) -> None:
         rule = v.rule or ""
