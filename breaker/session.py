@@ -174,6 +174,8 @@ class ServerSession:
             Stats: lambda ch, req: StatsReply(self.current_stats()).encode(req.id),
         }
 
+    # -- connections -------------------------------------------------------------------------------------------------
+
     def open(self, plane: str, peer_uid: int | None, peer_pid: int | None) -> Channel:
         """A new connection on `plane`. A peer the kernel says is another user is refused (its
         channel starts closing with a `forbidden` error); where the platform cannot say (uid None),
@@ -304,6 +306,8 @@ class ServerSession:
         if not high:
             ch.behind_since = None
 
+    # -- requests ----------------------------------------------------------------------------------------------------
+
     def _handle(self, ch: Channel, frame: bytes) -> bytes | Slot | None:
         if self.judge_from is not None and len(frame) >= self.judge_from:
             return self._to_judge(ch, frame)
@@ -379,6 +383,8 @@ class ServerSession:
         if ch.blocked is not None or ch.closing:
             return False
         return ch.buf.pending() or ch.eof
+
+    # -- the check ---------------------------------------------------------------------------------------------------
 
     def _check(self, ch: Channel, req: Check, judged: Judged | None = None) -> bytes:
         agent = req.agent
@@ -467,6 +473,8 @@ class ServerSession:
         self.jobs.append(IncidentJob(kind=kind, tool=tool, count=count, limit=limit, agent=agent, when=now))
         self.frames.trips.append(TripRow(now, agent, kind, tool, count, limit))
         log.info("trip %s: agent %r, tool %r, %d/%d", kind, agent, tool, count, limit)
+
+    # -- agents and the harness ops ----------------------------------------------------------------------------------
 
     def _removed(self, agent: str) -> None:
         """The engine let an agent go (evicted, or ended): subscribers and the store forget it too."""
