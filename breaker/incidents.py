@@ -9,6 +9,8 @@ from typing import Any
 
 import orjson
 
+from breaker.worker import QueueWorker
+
 __all__ = ["IncidentLog", "QueuedIncidentLog", "incident_line"]
 
 _FIELD_MAX = 4096  # a pathological tool name or agent id must not make a multi-megabyte line
@@ -91,24 +93,18 @@ class IncidentLog:
 
 
 class QueuedIncidentLog:
-    """An IncidentLog written by a thread of its own, so a path that blocks (a FIFO nobody reads, a
-    hung network mount) never holds up a decision. The queue is bounded: when it is full, lines are
-    dropped and counted (`dropped`), and the first drop of each stretch is reported."""
+    """An IncidentLog written by a thread of its own (a QueueWorker), so a path that blocks (a FIFO nobody
+    reads, a hung network mount) never holds up a decision. The queue is bounded: when it is full, lines
+    are dropped and counted (`dropped`), and the first drop of each stretch is reported."""
 
     def __init__(
         self, path: str | os.PathLike[str] = "", on_error: Callable[[str], Any] | None = None, size: int = 10_000
     ):
-        import queue
-        import threading
-
         self.log = IncidentLog(path, on_error=on_error)
         self._path = self.log.path
         self.on_error = on_error
-        self.dropped = 0
         self._full = False
-        self._queue: queue.Queue[tuple[str, dict[str, Any]] | None] = queue.Queue(maxsize=size)
-        self._thread = threading.Thread(target=self._run, name="incident-log", daemon=True)
-        self._thread.start()
+        self.worker: QueueWorker[tuple[str, dict[str, Any]]] = QueueWorker("incident-log", self._write, limit=size)
 
     @property
     def path(self) -> str:
@@ -122,22 +118,22 @@ class QueuedIncidentLog:
     def last_error(self) -> str | None:
         return self.log.last_error
 
+    @property
+    def dropped(self) -> int:
+        """Lines the queue had no room for."""
+        return self.worker.dropped
+
     def record(self, *, kind: str, tool: str, count: int, limit: int, agent: str, when: float | None = None) -> bool:
         """Queue one incident; False if the queue was full (the line is dropped and counted)."""
         if not self._path:
             return False
-        import queue
-
         fields = {"kind": kind, "tool": tool, "count": count, "limit": limit, "agent": agent, "when": when}
-        try:
-            self._queue.put_nowait((self._path, fields))
-        except queue.Full:
-            self.dropped += 1
+        if not self.worker.put((self._path, fields)):
             if not self._full and self.on_error is not None:
                 self._full = True
                 try:
                     self.on_error(
-                        f"incident log {self.log.path!r} is not keeping up ({self._queue.maxsize:,} lines waiting): "
+                        f"incident log {self.log.path!r} is not keeping up ({self.worker.limit:,} lines waiting): "
                         "dropping lines until it does"
                     )
                 except Exception:
@@ -146,18 +142,10 @@ class QueuedIncidentLog:
         self._full = False
         return True
 
-    def _run(self) -> None:
-        while True:
-            item = self._queue.get()
-            if item is None:
-                return
-            self.log.path, fields = item
+    def _write(self, lines: list[tuple[str, dict[str, Any]]]) -> None:
+        for self.log.path, fields in lines:
             self.log.record(**fields)
 
     def close(self, timeout: float = 2.0) -> None:
         """Write what is queued (waiting at most `timeout` s: a blocked path is given up on)."""
-        try:
-            self._queue.put(None, timeout=timeout)
-        except Exception:
-            return
-        self._thread.join(timeout)
+        self.worker.close(timeout)

@@ -14,7 +14,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from breaker.session import DurableJob, ServerSession
+from breaker.jobs import DurableJob
+from breaker.session import ServerSession
 from breaker.store import GuardRecord, StateStore
 
 __all__ = ["SAVE_EVERY", "StateKeeper"]
@@ -37,6 +38,23 @@ class StateKeeper:
         self._waiting: list[DurableJob] = []
         self._saved_checks = -1
         self._saved_guard_at = 0.0
+        self._error: str | None = None  # the last problem with the state: the stats show it until another one
+
+    @property
+    def state_file(self) -> str:
+        """Where the guard keeps its state (for the stats)."""
+        return str(self.store.path)
+
+    @property
+    def state_error(self) -> str | None:
+        """The state file's problem now, or the last one there was (for the stats and the metrics)."""
+        if self.store.error:
+            self._error = self.store.error
+        return self._error
+
+    def failed(self, message: str) -> None:
+        """The state file's writer reports a problem (from its thread)."""
+        self._error = message
 
     def restore(self) -> None:
         """Open the state file and put back what it holds (before any connection)."""
@@ -45,10 +63,10 @@ class StateKeeper:
         for note in loaded.notes:
             log.warning("state: %s", note)
         if loaded.problem is not None:
-            session.stats.state_error = next((n for n in loaded.notes if loaded.problem in n), loaded.problem)
+            self._error = next((n for n in loaded.notes if loaded.problem in n), loaded.problem)
         if loaded.agents or loaded.guard is not None:
             record = loaded.guard or GuardRecord()
-            session.restore(
+            session.persist.restore(
                 ((r.state, r.harness, r.parent) for r in loaded.agents),
                 record.interrupts,
                 paused=record.paused,
@@ -65,7 +83,6 @@ class StateKeeper:
                 len(record.interrupts),
                 ", guard paused" if record.paused else "",
             )
-        session.stats.state_file = str(store.path)
         self._saved_checks = session.guard.checks
 
     def wait_for_save(self, job: DurableJob) -> None:
@@ -94,7 +111,7 @@ class StateKeeper:
             return
         items: list[Any] = []
         while True:
-            batch, more = session.take_unsaved(SAVE_SLICE)
+            batch, more = session.persist.take(SAVE_SLICE)
             items.extend(batch)
             if not more:
                 break
@@ -102,8 +119,8 @@ class StateKeeper:
         guard = session.guard
         now = time.monotonic()
         counters_due = guard.checks != self._saved_checks and now - self._saved_guard_at > COUNTERS_EVERY
-        if session.unsaved_guard or counters_due or everything:
-            session.unsaved_guard = False
+        if session.persist.guard_changed or counters_due or everything:
+            session.persist.guard_changed = False
             self._saved_checks, self._saved_guard_at = guard.checks, now
             items.append(self._guard_record())
         if not items:

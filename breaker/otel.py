@@ -13,9 +13,7 @@ Only the guard server imports this module, and only once the export is switched 
 
 from __future__ import annotations
 
-import queue
 import socket
-import threading
 import time
 from typing import Any
 
@@ -26,7 +24,8 @@ from opentelemetry.sdk._logs.export import BatchLogRecordProcessor, LogRecordExp
 from opentelemetry.sdk.resources import Resource
 
 from breaker import __version__
-from breaker.session import DecisionJob
+from breaker.jobs import DecisionJob
+from breaker.worker import QueueWorker
 
 __all__ = ["EVENT", "MAX_PENDING", "SCHEMA_URL", "DecisionExporter", "attributes"]
 
@@ -85,26 +84,20 @@ class DecisionExporter:
         # The batch processor's queue, batch size and delay follow OTEL_BLRP_* (defaults 2048, 512, 1 s).
         self.provider.add_log_record_processor(BatchLogRecordProcessor(self.exporter))
         self.logger = self.provider.get_logger("cbconsole.guard", __version__, schema_url=SCHEMA_URL)
-        self.dropped = 0  # events the queue had no room for
-        self._queue: queue.SimpleQueue[DecisionJob | threading.Event | None] = queue.SimpleQueue()
-        self._thread = threading.Thread(target=self._run, name="otel-events", daemon=True)
-        self._thread.start()
+        # Our thread builds the records: about 30-60 us each, too much for the event loop in a flood of denies.
+        self.worker: QueueWorker[DecisionJob] = QueueWorker("otel-events", self._build, limit=MAX_PENDING)
+
+    @property
+    def dropped(self) -> int:
+        """Events the queue had no room for."""
+        return self.worker.dropped
 
     def emit(self, job: DecisionJob) -> None:
         """Queue one event (on the event loop: no I/O, no SDK call)."""
-        if self._queue.qsize() >= MAX_PENDING:
-            self.dropped += 1
-            return
-        self._queue.put(job)
+        self.worker.put(job)
 
-    def _run(self) -> None:
-        while True:
-            job = self._queue.get()
-            if job is None:
-                return
-            if isinstance(job, threading.Event):
-                job.set()
-                continue
+    def _build(self, jobs: list[DecisionJob]) -> None:
+        for job in jobs:
             number, text = _SEVERITY[job.decision]
             self.logger.emit(
                 timestamp=int(job.when * 1e9),
@@ -117,12 +110,9 @@ class DecisionExporter:
 
     def flush(self, timeout_millis: int = 5_000) -> bool:
         """Every event queued so far built and exported (blocking)."""
-        built = threading.Event()
-        self._queue.put(built)
-        return built.wait(timeout_millis / 1000) and self.provider.force_flush(timeout_millis)
+        return self.worker.flush(timeout_millis / 1000) and self.provider.force_flush(timeout_millis)
 
     def close(self) -> None:
         """Export what is queued and stop (blocking: call it from a thread)."""
-        self._queue.put(None)
-        self._thread.join()
+        self.worker.close()
         self.provider.shutdown()

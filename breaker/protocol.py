@@ -590,6 +590,14 @@ class Decision:
     def encode(self, rid: Any) -> bytes:
         return encode_frame({"id": rid, **self.to_json()})
 
+    @staticmethod
+    def encode_deny(rid: Any, kind: str | None, reason: str, count: int, limit: int) -> bytes:
+        """`Decision(False, kind=kind, reason=reason, count=count, limit=limit).encode(rid)`, byte for byte,
+        without building the Decision: the check's hot path (a frozen dataclass costs ~2.6 us to build)."""
+        return encode_frame(
+            {"id": rid, "decision": "deny", "kind": kind, "reason": reason, "count": count, "limit": limit}
+        )
+
     @classmethod
     def from_json(cls, obj: dict[str, Any]) -> Decision | None:
         """The decision in a reply, or None if it is not a well-formed one."""

@@ -5,10 +5,9 @@ in a directory of its own, serves everything. This module only moves bytes: asyn
 what they read to `ServerSession` (breaker/session.py) and write back what it gives, and the jobs the
 session asks for go to the parts that do that I/O — the patch layer (breaker/reload.py: read and
 written off the event loop's thread, one write at a time), interrupt commands (breaker/commands.py),
-the incident log (a thread of its own), the state file (breaker/keeper.py, breaker/store.py), the
-Prometheus metrics (breaker/metrics.py, a thread of its own fed a copy each tick) and the OpenTelemetry
-export (breaker/otel.py, the SDK's batch thread). The sockets on disk are breaker/listen.py's. A check
-never waits on any of them.
+the incident log (a thread of its own), the state file (breaker/keeper.py, breaker/store.py), and the
+outputs that run beside the guard (breaker/outputs.py: the Prometheus metrics, fed a copy each tick, and
+the OpenTelemetry export). The sockets on disk are breaker/listen.py's. A check never waits on any of them.
 """
 
 from __future__ import annotations
@@ -20,40 +19,31 @@ import os
 import platform
 import signal
 import sys
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 from breaker import __version__
+from breaker.channel import WRITE_HIGH, Channel
 from breaker.commands import InterruptCommands, fill_command
 from breaker.config import Config, ConfigError
 from breaker.engine import Guard
 from breaker.incidents import QueuedIncidentLog
+from breaker.jobs import CommandJob, ConfigJob, DecisionJob, DurableJob, IncidentJob, JudgeJob
 from breaker.judge import JUDGE_FROM, Judge
 from breaker.keeper import StateKeeper
 from breaker.listen import Listener, ServerError
+from breaker.outputs import Outputs
 from breaker.patch import Loaded, PatchSources, clean_stale_temps
 from breaker.paths import OPERATOR_SOCKET_ENV, default_operator_socket_path, default_socket_path, peer_ids, peer_option
 from breaker.protocol import HARNESS, MAX_FRAME, OPERATOR, PROTOCOL_VERSION, ConfigFrame, ConfigReply, ErrorReply
 from breaker.reload import ConfigWatcher, config_frame, write_changes
-from breaker.session import (
-    WRITE_HIGH,
-    Channel,
-    CommandJob,
-    ConfigJob,
-    DecisionJob,
-    DurableJob,
-    IncidentJob,
-    JudgeJob,
-    ServerSession,
-)
+from breaker.session import ServerSession
 from breaker.store import StateLocked, StateStore
 
-if TYPE_CHECKING:  # both are imported only once they are switched on
-    from breaker.metrics import GuardCollector, MetricsServer
-    from breaker.otel import DecisionExporter
+if TYPE_CHECKING:  # imported only once the metrics are switched on
+    from breaker.metrics import MetricsView
 
 __all__ = ["GuardServer", "ServerError", "fill_command", "serve"]
 
@@ -198,10 +188,6 @@ class GuardServer:
         )
         self.judge = Judge()
         self.session.judge_from = JUDGE_FROM
-        stats = self.session.stats
-        stats.socket, stats.operator_socket = str(self.socket_path), str(self.operator_path)
-        stats.host = platform.node()
-        self.session.on_stats = self._refresh_stats
         self.conns: dict[Channel, _Conn] = {}
         self.incidents = QueuedIncidentLog(self.guard.config.incident_log, on_error=self._incident_error)
         self.watcher: ConfigWatcher | None = None
@@ -212,20 +198,22 @@ class GuardServer:
         self._config_lock = asyncio.Lock()  # one patch-layer write (or reload) at a time
         store = StateStore(Path(state_path), hash_seed, on_error=self._state_error) if state_path else None
         self.keeper = StateKeeper(self.session, store, self._saved) if store is not None else None
+        self.outputs = Outputs(self.session, metrics_flag=metrics, otel_flag=otel, view=self._metrics_view)
+        board = self.session.stats  # the stats read these parts whenever they are asked for
+        board.socket, board.operator_socket = str(self.socket_path), str(self.operator_path)
+        board.host = platform.node()
+        board.incidents, board.commands, board.state, board.outputs = (
+            self.incidents,
+            self.commands,
+            self.keeper,
+            self.outputs,
+        )
         self._tasks: list[asyncio.Task[Any]] = []
         self._jobs: set[asyncio.Task[Any]] = set()
         self._pump_scheduled = False
         self._woken_again = False
         self._stopped = asyncio.Event()
         self._stopping: asyncio.Future[None] | None = None
-        self.metrics_flag = metrics
-        self.otel_flag = otel
-        self.metrics: MetricsServer | None = None
-        self.collector: GuardCollector | None = None
-        self._metrics_for: str | None = None  # the address the running (or failed) metrics server was asked for
-        self.otel: DecisionExporter | None = None
-        self._otel_for = False
-        self._outputs_lock = asyncio.Lock()  # one start, stop or move of the metrics or the export at a time
         self._started = False
 
     @property
@@ -264,7 +252,7 @@ class GuardServer:
                     self.keeper.restore()
                 except StateLocked as exc:
                     raise ServerError(str(exc)) from None
-            await self._follow_outputs(fatal=True)
+            await self.outputs.follow(self.guard.config, fatal=True)
             for plane, listener in self.listeners.items():
                 await listener.listen(self._factory(plane))
         except BaseException:
@@ -272,7 +260,7 @@ class GuardServer:
                 listener.release()
             if self.keeper is not None:
                 self.keeper.store.close()
-            await self._close_outputs()
+            await self.outputs.close()
             raise
         self._started = True
         if peer_option() is None:
@@ -323,7 +311,7 @@ class GuardServer:
                 await task
         await self.commands.stop()
         await self.judge.close()
-        await self._close_outputs()
+        await self.outputs.close()
         if self.keeper is not None and self.keeper.store.running:
             await self.keeper.save(everything=True)
             await asyncio.to_thread(self.keeper.store.close)
@@ -352,10 +340,9 @@ class GuardServer:
         while jobs:
             job = jobs.popleft()
             if isinstance(job, IncidentJob):
-                if not self.incidents.record(
+                self.incidents.record(
                     kind=job.kind, tool=job.tool, count=job.count, limit=job.limit, agent=job.agent, when=job.when
-                ):
-                    session.stats.incidents_dropped = self.incidents.dropped
+                )
             elif isinstance(job, DurableJob):
                 if self.keeper is not None and self.keeper.store.running:
                     self.keeper.wait_for_save(job)  # one save answers every change made before it
@@ -366,10 +353,8 @@ class GuardServer:
                 self._spawn(self._config_set(job))
             elif isinstance(job, CommandJob):
                 self.commands.submit(job.argv, job.agent, job.reason)
-                session.stats.commands_dropped = self.commands.dropped
             elif isinstance(job, DecisionJob):
-                if self.otel is not None:
-                    self.otel.emit(job)
+                self.outputs.emit(job)
             elif isinstance(job, JudgeJob):
                 self._spawn(self._judge(job))
 
@@ -417,23 +402,12 @@ class GuardServer:
                 for plane, listener in self.listeners.items():
                     await listener.recheck(self._factory(plane))
             try:
-                self._refresh_stats()
-                self._publish_metrics()
+                self.outputs.publish()
                 self.session.tick(time.monotonic())
                 self.flush()
                 self.wake_pump()
             except Exception:  # never let a display bug stop the guard
                 log.exception("publishing state to subscribers failed")
-
-    def _refresh_stats(self) -> None:
-        stats = self.session.stats
-        stats.incident_log = self.incidents.path
-        stats.incident_log_error = self.incidents.last_error
-        stats.incidents_dropped = self.incidents.dropped
-        stats.commands_dropped = self.commands.dropped
-        if self.keeper is not None:
-            stats.state_file = str(self.keeper.store.path)
-            stats.state_error = self.keeper.store.error or stats.state_error
 
     def _fill_command(self, agent: str, reason: str) -> list[str] | None:
         template = self.guard.config.interrupt_command
@@ -443,7 +417,8 @@ class GuardServer:
         log.warning("%s (decisions are unaffected)", message)
 
     def _state_error(self, message: str) -> None:
-        self.session.stats.state_error = message
+        if self.keeper is not None:
+            self.keeper.failed(message)
 
     # -- config ---------------------------------------------------------------------------------
 
@@ -464,60 +439,12 @@ class GuardServer:
         self.guard.config = config
         self.incidents.path = config.incident_log
         if self._started and not self._stopped.is_set():
-            self._spawn(self._follow_outputs(fatal=False))
+            self._spawn(self.outputs.follow(config, fatal=False))
 
-    # -- metrics and the OpenTelemetry export -----------------------------------------------------
+    # -- the metrics' view ---------------------------------------------------------------------
 
-    async def _follow_outputs(self, *, fatal: bool) -> None:
-        """Start, stop or move the metrics server and the export to what the flags and the config say.
-        At start a flag's failure is fatal (`fatal`: raise ServerError); a setting's is reported in the
-        stats and the log, and tried again at the next reload that changes it."""
-        async with self._outputs_lock:
-            config = self.guard.config
-            metrics = self.metrics_flag if self.metrics_flag is not None else config.metrics
-            if metrics != self._metrics_for:
-                await self._move_metrics(metrics, fatal=fatal and self.metrics_flag is not None)
-            otel = self.otel_flag or config.otel_events
-            if otel != self._otel_for:
-                await self._switch_otel(otel, fatal=fatal and self.otel_flag)
-
-    async def _move_metrics(self, address: str, *, fatal: bool) -> None:
-        stats = self.session.stats
-        old, self.metrics = self.metrics, None
-        if old is not None:
-            await asyncio.to_thread(old.close)  # the old address is free before a new one is taken
-            log.info("metrics no longer served at %s", old.url)
-        self._metrics_for = address
-        stats.metrics, stats.metrics_error = "", None
-        self.session.timer = None
-        if not address:
-            return
-        try:
-            self.metrics = await asyncio.to_thread(self._serve_metrics, address)
-        except Exception as exc:
-            message = f"{exc} ({'--metrics' if self.metrics_flag is not None else 'the metrics setting'})"
-            if fatal:
-                raise ServerError(message) from None
-            stats.metrics_error = message
-            log.error("%s", message)
-            return
-        stats.metrics = self.metrics.url
-        self.session.timer = time.perf_counter
-        self._publish_metrics()
-        log.info("metrics served at %s", self.metrics.url)
-
-    def _serve_metrics(self, address: str) -> MetricsServer:
-        """Off the loop: prometheus-client's import and the bind."""
-        from breaker.metrics import GuardCollector, MetricsServer
-
-        if self.collector is None:
-            self.collector = GuardCollector()
-        return MetricsServer(address, self.collector)
-
-    def _publish_metrics(self) -> None:
-        """Hand the metrics thread a fresh copy of the counts (on the loop, each tick)."""
-        if self.metrics is None or self.collector is None:
-            return
+    def _metrics_view(self) -> MetricsView:
+        """A fresh copy of the counts for the metrics thread (only asked for while the metrics are served)."""
         from breaker.metrics import MetricsView
 
         session, guard = self.session, self.guard
@@ -525,7 +452,7 @@ class GuardServer:
         for ch in session.channels:
             planes[ch.plane] = planes.get(ch.plane, 0) + 1
         loaded = self.watcher.current if self.watcher is not None else None
-        self.collector.view = MetricsView(
+        return MetricsView(
             taken=time.monotonic(),
             tally=session.tally.copy(),
             agents=len(guard),
@@ -536,45 +463,10 @@ class GuardServer:
             reloads_ok=self.watcher.reloads if self.watcher is not None else 0,
             reloads_failed=self._reloads_failed,
             config_ok=self.watcher is None or self.watcher.error is None,
-            state_ok=None if self.keeper is None else not (self.keeper.store.error or session.stats.state_error),
+            state_ok=None if self.keeper is None else not self.keeper.state_error,
             incidents_dropped=self.incidents.dropped,
             commands_dropped=self.commands.dropped,
         )
-
-    async def _switch_otel(self, on: bool, *, fatal: bool) -> None:
-        stats = self.session.stats
-        old, self.otel = self.otel, None
-        self.session.export_decisions = False
-        self._otel_for = on
-        stats.otel_events, stats.otel_error = False, None
-        if old is not None:
-            await _close_otel(old)
-            log.info("OpenTelemetry export stopped")
-        if not on:
-            return
-        try:
-            self.otel = await asyncio.to_thread(_make_exporter)
-        except Exception as exc:
-            source = "--otel" if self.otel_flag else "the otelEvents setting"
-            message = f"OpenTelemetry export not started ({source}): {exc}"
-            if fatal:
-                raise ServerError(message) from None
-            stats.otel_error = message
-            log.error("%s", message)
-            return
-        self.session.export_decisions = True
-        stats.otel_events = True
-        log.info("denies and warnings exported over OTLP to %s", self.otel.endpoint)
-
-    async def _close_outputs(self) -> None:
-        async with self._outputs_lock:
-            if self.metrics is not None:
-                metrics, self.metrics = self.metrics, None
-                await asyncio.to_thread(metrics.close)
-            if self.otel is not None:
-                otel, self.otel = self.otel, None
-                self.session.export_decisions = False
-                await _close_otel(otel)
 
     def _config_frame(self) -> ConfigFrame:
         loaded = self.watcher.current if self.watcher is not None else None
@@ -624,41 +516,6 @@ class GuardServer:
             self.watcher.accept(loaded)
             log.info("config set by the operator %s; written to %s", changes, target)
             return ConfigReply(self._config_frame(), str(target), set=True)
-
-
-def _make_exporter() -> DecisionExporter:
-    """Off the loop: the OpenTelemetry SDK's import, and its exporter built from the OTEL_* variables."""
-    try:
-        from breaker.otel import DecisionExporter
-    except ImportError as exc:
-        raise ServerError(
-            f"the OpenTelemetry SDK is not installed ({exc.name or exc}): pip install 'cbconsole[otel]'"
-        ) from None
-    return DecisionExporter()
-
-
-async def _close_otel(exporter: DecisionExporter, wait: float = 3.0) -> None:
-    """Flush and shut the export down on a thread of its own, waiting at most `wait` seconds: a collector
-    that never answers must not hold up a stop (the thread is a daemon; the process may exit without it)."""
-    done = asyncio.get_running_loop().create_future()
-    loop = asyncio.get_running_loop()
-
-    def finished() -> None:
-        if not done.done():
-            done.set_result(None)
-
-    def close() -> None:
-        try:
-            exporter.close()
-        finally:
-            with contextlib.suppress(RuntimeError):  # the loop may be gone already
-                loop.call_soon_threadsafe(finished)
-
-    threading.Thread(target=close, name="otel-close", daemon=True).start()
-    try:
-        await asyncio.wait_for(done, wait)
-    except TimeoutError:
-        log.warning("the OpenTelemetry export did not finish within %.0f s; events still queued are lost", wait)
 
 
 def _bad_config(exc: ConfigError) -> ErrorReply:

@@ -26,12 +26,10 @@ import fcntl
 import logging
 import mmap
 import os
-import queue
 import stat
 import struct
 import sys
 import tempfile
-import threading
 import time
 import zlib
 from collections.abc import Callable, Iterable
@@ -42,6 +40,7 @@ from typing import Any, cast
 import orjson
 
 from breaker.engine import AgentState
+from breaker.worker import QueueWorker
 
 __all__ = [
     "FORMAT",
@@ -488,8 +487,7 @@ class StateStore:
         self._weight = 0  # what the last records weighed when last measured: the next compaction is due at 4x
         self._fd: int | None = None  # the file, read-write, appending; the same inode from open to close
         self._lock_fd: int | None = None
-        self._queue: queue.SimpleQueue[tuple[list[Any], Callable[[], Any] | None] | None] = queue.SimpleQueue()
-        self._thread: threading.Thread | None = None
+        self._writer: QueueWorker[tuple[list[Any], Callable[[], Any] | None]] | None = None
         self.saves = 0
 
     # -- start ----------------------------------------------------------------------------------
@@ -517,8 +515,7 @@ class StateStore:
         if self._fd is None:  # read, but not writable
             self._unlock()
             return loaded
-        self._thread = threading.Thread(target=self._run, name="state-writer", daemon=True)
-        self._thread.start()
+        self._writer = QueueWorker("state-writer", self._write)  # all that waits goes out with one fsync
         return loaded
 
     def _lock(self) -> None:
@@ -589,7 +586,7 @@ class StateStore:
 
     @property
     def running(self) -> bool:
-        return self._thread is not None
+        return self._writer is not None
 
     def _fail(self, message: str) -> None:
         if message != self.error:
@@ -604,39 +601,21 @@ class StateStore:
     def save(self, items: list[Any], done: Callable[[], Any] | None = None) -> None:
         """Queue records to write: `(agent, AgentState | None, harness, parent)` tuples and
         GuardRecords, encoded on the writer thread. `done()` runs there once they are on disk."""
-        if self._thread is None:
+        if self._writer is None:
             if done is not None:
                 done()
             return
-        self._queue.put((items, done))
+        self._writer.put((items, done))
 
     def close(self, timeout: float = 10.0) -> None:
         """Write what is queued, then stop the thread and let the lock go."""
-        if self._thread is not None:
-            self._queue.put(None)
-            self._thread.join(timeout)
-            self._thread = None
+        if self._writer is not None:
+            self._writer.close(timeout)
+            self._writer = None
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
         self._unlock()
-
-    def _run(self) -> None:
-        while True:
-            job = self._queue.get()
-            if job is None:
-                return
-            batch = [job]
-            while True:  # everything already waiting goes out with one fsync
-                try:
-                    more = self._queue.get_nowait()
-                except queue.Empty:
-                    break
-                if more is None:
-                    self._write(batch)
-                    return
-                batch.append(more)
-            self._write(batch)
 
     def _write(self, batch: list[tuple[list[Any], Callable[[], Any] | None]]) -> None:
         chunks: list[bytes] = []

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from breaker.session import DurableJob, ServerSession
+from breaker.jobs import DurableJob
+from breaker.session import ServerSession
 
 
 def settle(session: ServerSession) -> None:

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from breaker import Config
+from breaker.follows import HISTORY, MAX_FOLLOWED
 from breaker.protocol import CallsEvent, ClientSession
-from breaker.session import HISTORY, MAX_FOLLOWED
 from tests.test_session_protocol import Guardian, check
 
 
@@ -72,7 +72,7 @@ def test_the_history_is_bounded_and_a_follower_that_fell_behind_is_told_how_many
     assert len(events(op)[0]["calls"]) == 1
     for i in range(HISTORY + 300):
         harness.ask(check(i + 1, "a", "t", {"n": i}))
-    assert len(g.session.follows["a"].calls) == HISTORY
+    assert len(g.session.follows.agents["a"].calls) == HISTORY
     (event,) = events(op)
     assert (len(event["calls"]), event["dropped"]) == (HISTORY, 300)
     assert event["calls"][-1]["preview"] == f"t n={HISTORY + 299}"
@@ -97,13 +97,13 @@ def test_no_history_is_kept_for_an_agent_nobody_follows_any_more():
     other.ask({"op": "follow", "id": 1, "agent": "b"})
     harness.ask(check(1, "a", "t", {}))
     assert op.ask({"op": "unfollow", "id": 2}) == {"id": 2, "ok": True}
-    assert "a" not in g.session.follows
+    assert "a" not in g.session.follows.agents
     harness.ask(check(2, "a", "t", {}))
     assert events(op) == []
     other.ask({"op": "follow", "id": 3, "agent": "c"})  # a new follow replaces the old one
-    assert set(g.session.follows) == {"c"}
+    assert set(g.session.follows.agents) == {"c"}
     g.session.lost(other.ch)  # a connection that goes away stops following
-    assert g.session.follows == {}
+    assert g.session.follows.agents == {}
 
 
 def test_a_reset_sends_the_emptied_window_without_a_new_call():
@@ -129,14 +129,14 @@ def test_at_most_max_followed_agents_are_followed_at_once():
     assert wires[1].ask({"op": "follow", "id": 3, "agent": "a-new"})["ok"]  # replacing its own follow: fine
     shared = wires[0].ask({"op": "follow", "id": 4, "agent": "another"})  # a0 stays followed by the last wire
     assert shared["error"]["code"] == "limit"
-    assert len(g.session.follows) == MAX_FOLLOWED
+    assert len(g.session.follows.agents) == MAX_FOLLOWED
 
 
 def test_the_harness_socket_cannot_follow_another_agents_calls():
     g = Guardian()
     reply = g.conn().ask({"op": "follow", "id": 1, "agent": "a"})
     assert reply["error"]["code"] == "operator_only"
-    assert g.session.follows == {}
+    assert g.session.follows.agents == {}
 
 
 def test_a_follower_that_reads_nothing_is_skipped_and_catches_up_later():
@@ -168,6 +168,6 @@ def test_the_guard_keeps_at_most_max_followed_times_history_calls_each_with_a_pr
     for n in range(HISTORY + 50):
         for i in range(MAX_FOLLOWED):
             harness.send(check(n, f"a{i}", "web_search", {"query": "x" * 500, "n": n}))
-    calls = [c for f in g.session.follows.values() for c in f.calls]
+    calls = [c for f in g.session.follows.agents.values() for c in f.calls]
     assert len(calls) == MAX_FOLLOWED * HISTORY
     assert max(len(c.preview) for c in calls) == 100

@@ -209,7 +209,7 @@ def test_a_fifo_with_no_reader_fails_each_line_at_once_and_never_blocks(tmp_path
     start = time.monotonic()
     assert all(record(log, n) for n in range(50))  # queued: the caller never waits for the file
     log.close(timeout=5)
-    assert not log._thread.is_alive(), "the writer is stuck opening the FIFO (O_NONBLOCK lost?)"
+    assert not log.worker.alive, "the writer is stuck opening the FIFO (O_NONBLOCK lost?)"
     assert time.monotonic() - start < 5
     assert log.log.failed == 50 and log.dropped == 0
     assert len(errors) == 1 and "No such device or address" in errors[0] and str(fifo) in errors[0]

@@ -14,8 +14,9 @@ import orjson
 
 from breaker import Config
 from breaker.engine import Guard
+from breaker.jobs import JudgeJob
 from breaker.judge import JUDGE_FROM, Judge, JudgeAnswer, judge_frame
-from breaker.session import JudgeJob, ServerSession
+from breaker.session import ServerSession
 from tests.conftest import Conn, request
 from tests.waits import eventually, eventually_async
 

@@ -20,8 +20,9 @@ from opentelemetry.semconv._incubating.attributes import gen_ai_attributes as ge
 from breaker import Config
 from breaker.client import GuardClient
 from breaker.engine import Guard
+from breaker.jobs import DecisionJob
 from breaker.otel import EVENT, SCHEMA_URL, DecisionExporter, attributes
-from breaker.session import DecisionJob, ServerSession
+from breaker.session import ServerSession
 from tests.metricskit import stats
 from tests.sessionkit import settle
 from tests.waits import eventually

@@ -155,7 +155,7 @@ def test_an_override_is_saved_before_its_reply_like_every_operator_change():
     session.receive(ch, b'{"op":"check","id":1,"agent":"a","tool":"t","args":{}}\n')
     session.receive(ch, b'{"op":"override","id":2,"agent":"a","limits":{"duplicateLimit":3}}\n')
     assert b'"id":2' not in ch.take_output()  # held until the state store has it (a DurableJob)
-    assert "a" in session.unsaved
+    assert "a" in session.persist.agents
     assert any(type(job).__name__ == "DurableJob" for job in session.jobs)
 
 

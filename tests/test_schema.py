@@ -18,7 +18,7 @@ from textual.app import App
 from textual.pilot import Pilot
 from textual.widgets import Input, Static, Switch
 
-from breaker import session
+from breaker import changes
 from breaker.config import (
     BY_KEY,
     DOCS,
@@ -140,7 +140,7 @@ def test_a_malformed_setting_row_is_refused_naming_what_is_wrong(row, says):
 def test_patch_only_keys_are_every_key_whose_effect_reaches_outside_the_guard():
     # a program run, a file written anywhere, a port opened, data sent to a collector
     assert PATCH_ONLY_KEYS == ("incidentLog", "metrics", "otelEvents", "interruptCommand")
-    assert tuple(session.FORBIDDEN_KEYS) == PATCH_ONLY_KEYS
+    assert tuple(changes.FORBIDDEN_KEYS) == PATCH_ONLY_KEYS
     assert all(BY_KEY[k].patch_only and "\n" not in BY_KEY[k].patch_only for k in PATCH_ONLY_KEYS)
 
 

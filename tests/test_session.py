@@ -12,18 +12,11 @@ import orjson
 import pytest
 
 from breaker import Config, Guard
+from breaker.channel import Slot
+from breaker.frames import DROP_AFTER, ROWS_PER_PART
+from breaker.jobs import ConfigJob, DurableJob, IncidentJob
 from breaker.protocol import OPS, ErrorReply, StateFrame
-from breaker.session import (
-    BATCH,
-    DROP_AFTER,
-    PRIVATE_BUFFER,
-    ROWS_PER_PART,
-    ConfigJob,
-    DurableJob,
-    IncidentJob,
-    ServerSession,
-    Slot,
-)
+from breaker.session import BATCH, PRIVATE_BUFFER, ServerSession
 from tests.sessionkit import settle
 
 UID = 1000
@@ -98,7 +91,7 @@ def test_the_harness_plane_refuses_every_op_that_changes_the_guard_or_reads_othe
     assert got[1]["error"]["code"] == "operator_only" and got[1]["id"] == 2
     assert not session.guard.paused and session.guard.config.enabled and ch.sub is None
     assert session.guard.agents() == ["a"] and not session.guard.interrupted("a")
-    assert session.guard.agent_view("a").override == {} and not session.follows
+    assert session.guard.agent_view("a").override == {} and not session.follows.agents
     assert not any(isinstance(job, ConfigJob) for job in session.jobs)
 
 
@@ -392,10 +385,10 @@ def test_what_changed_is_handed_to_the_store_and_restores_to_the_same_verdicts()
     a.receive(ch, b"".join(check(i, agent="x", args={"q": 1}) for i in (2, 3, 4)))
     op = a.open("operator", UID, 8)
     a.receive(op, frame(op="interrupt", id=5, agent="y", reason="why"))
-    saved, more = a.take_unsaved(100)
+    saved, more = a.persist.take(100)
     assert not more and [s[0] for s in saved] == ["x"]
     b = make(Config(duplicate_limit=3, max_calls_per_agent=5))
-    b.restore(
+    b.persist.restore(
         [(state, harness, parent) for _agent, state, harness, parent in saved if state is not None],
         [(agent, reason, denies, "", None) for agent, reason, denies in a.guard.interrupts()],
         paused=False,
@@ -444,7 +437,7 @@ def test_a_result_on_the_harness_socket_is_matched_by_call_id_and_hands_back_the
         {"id": 10, "ok": True, "matched": False, "warning": ""},
         {"id": 11, "ok": True, "matched": True, "warning": ""},
     ]
-    assert "a" in session.unsaved  # a matched result changes what a restart must keep
+    assert "a" in session.persist.agents  # a matched result changes what a restart must keep
 
 
 def test_a_progressing_poll_reported_over_the_wire_is_never_denied():
@@ -483,7 +476,7 @@ def test_agent_rows_carry_warns_and_the_rule_behind_the_status():
     session.receive(ch, b"".join(check(i) for i in range(2)))
     view = session.guard.agent_view("a")
     assert view is not None
-    row = session.row(view).to_json()
+    row = session.frames.row(view).to_json()
     assert (row["status"], row["rule"], row["warns"]) == ("warned", "repeat", {"repeat": 1})
 
 

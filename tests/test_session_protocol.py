@@ -14,6 +14,7 @@ import orjson
 import pytest
 
 from breaker import Config, Guard
+from breaker.protocol import Decision
 from breaker.session import ServerSession
 from tests.sessionkit import settle
 
@@ -89,6 +90,13 @@ def test_deny_reply_carries_kind_reason_count_and_limit(g):
         6,
     )
     assert "bash" in reply["reason"]
+
+
+@pytest.mark.parametrize("rid", [7, "call-7", None, 2**70, -(2**63), 1.5, {"nested": [1]}])
+def test_a_deny_written_on_the_hot_path_is_the_decisions_own_encoding_byte_for_byte(rid):
+    reason = 'tool "bash" called 6 times with the same args — "quoted", \\ and ünïcode'
+    fast = Decision.encode_deny(rid, "duplicate", reason, 6, 6)
+    assert fast == Decision(False, kind="duplicate", reason=reason, count=6, limit=6).encode(rid)
 
 
 def test_request_ids_of_any_json_type_are_echoed(g):
