@@ -36,8 +36,9 @@ def test_the_command_gets_the_agent_and_reason_as_literal_arguments_never_throug
     agent, reason = f"$(touch {pwned}); `touch {pwned}`", "looping {agent} | touch x"
     reply = request(g.operator, {"op": "interrupt", "id": 1, "agent": agent, "reason": reason})
     assert reply["ok"] is True
-    eventually(out.exists, what="the command's output file")
-    assert json.loads(out.read_text()) == [agent, f"--why={reason}"]
+    # the file appears empty when the command opens it, and gets its one line (one write) when it ends
+    written = eventually(lambda: out.exists() and out.read_text(), what="the command's output written")
+    assert json.loads(written) == [agent, f"--why={reason}"]
     assert not pwned.exists()
     eventually(lambda: "interrupt command for agent" in g.log.read_text(), what="the command logged")
     assert "exited 0" in g.log.read_text()
