@@ -19,6 +19,7 @@ from typing import Any
 from breaker import __version__
 from breaker.config import BY_KEY, PATCH_ONLY_KEYS, ConfigError
 from breaker.engine import DENY_KINDS, AgentState, AgentView, Guard
+from breaker.hookwire import serve as serve_hook
 from breaker.keys import Judged, preview
 from breaker.protocol import (
     ALLOW_FRAME_TAIL,
@@ -43,6 +44,8 @@ from breaker.protocol import (
     GuardStats,
     Hello,
     HelloReply,
+    HookCall,
+    HookReply,
     Interrupt,
     InterruptEvent,
     KeyRow,
@@ -373,6 +376,7 @@ class ServerSession:
             ConfigSet: self._config_set,
             Snapshot: self._snapshot,
             Stats: lambda ch, req: StatsReply(self.current_stats()).encode(req.id),
+            HookCall: self._hook,
         }
 
     # -- connections ----------------------------------------------------------------------------
@@ -541,6 +545,19 @@ class ServerSession:
         except Exception as exc:  # a bug in an operator op must not take the connection down
             log.exception("op %s failed", req.op)
             return ErrorReply("internal", f"{req.op} failed: {exc}").encode(req.id)
+
+    def _hook(self, ch: Channel, req: HookCall) -> bytes:
+        """cbhook's payload: breaker.hookwire reads it, and asks its requests here as if they came on `ch` (never
+        through the judge: the op's payload is small)."""
+
+        def ask(frame: bytes) -> bytes:
+            try:
+                reply = self._dispatch(ch, decode_request(frame), None)
+            except ProtocolError as exc:
+                return ErrorReply(exc.code, exc.message).encode(exc.request_id)
+            return reply if isinstance(reply, bytes) else b"{}"
+
+        return HookReply(*serve_hook(req.payload, req.harness, req.fail_closed, ask)).encode(req.id)
 
     def _to_judge(self, ch: Channel, frame: bytes) -> Slot | None:
         """A large frame goes to the judge; the connection's later frames wait for it."""
