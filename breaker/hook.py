@@ -144,9 +144,10 @@ def _is_dir(path: str) -> bool:
 def socket_path(environ: "Any" = None) -> str:
     """The guard's default socket, exactly as `breaker.paths.default_socket_path` computes it.
 
-    The first two rules are repeated here so that the common cases cost no import; the last one
-    (the temp directory, or /tmp when that would be too long a path) asks breaker.paths itself,
-    which imports pathlib and tempfile for it.
+    Its rules are repeated here so that the common cases cost no import: $CBCONSOLE_SOCKET, the runtime
+    directory, and a temp directory that already holds the guard's socket directory (`tempfile.gettempdir`
+    would pick it: the first of $TMPDIR, $TEMP, $TMP or /tmp, a directory someone could write to). Any
+    other case asks breaker.paths itself, which imports pathlib and tempfile for it.
     """
     get = _env if environ is None else environ.get
     explicit = get("CBCONSOLE_SOCKET")
@@ -155,11 +156,29 @@ def socket_path(environ: "Any" = None) -> str:
     runtime = get("XDG_RUNTIME_DIR")
     if runtime and _is_dir(runtime):
         return runtime + ("" if runtime.endswith("/") else "/") + "cbconsole/guard.sock"
+    tmp = next((v for v in (get("TMPDIR"), get("TEMP"), get("TMP")) if v), "/tmp").rstrip("/")
+    directory = f"{tmp}/cbconsole-{posix.getuid()}"
+    limit = 107 if sys.platform.startswith(("linux", "android")) else 103  # breaker.paths.sun_path_max
+    operator = f"{directory}-operator/operator.sock".encode(sys.getfilesystemencoding(), "surrogateescape")
+    if _normal(directory) and len(operator) <= limit and _is_dir(directory):
+        return directory + "/guard.sock"
     import os
 
     from breaker.paths import default_socket_path
 
     return str(default_socket_path(os.environ if environ is None else environ))
+
+
+def _normal(path: str) -> bool:
+    """An absolute path that os.path.abspath leaves as it is."""
+    return (
+        path.startswith("/")
+        and not path.startswith("//")
+        and "//" not in path
+        and "/./" not in path
+        and "/../" not in path
+        and not path.endswith(("/", "/.", "/.."))
+    )
 
 
 def _expand(path: str) -> str:
@@ -176,7 +195,7 @@ def _socket_ok(path: str) -> bool:
     directory a directory of ours no one else may write to, the socket a socket of ours. False when it is
     anything else (missing, suspect, or a path to normalise first): then breaker.paths.check_socket decides."""
     directory = path.rpartition("/")[0] or "/"
-    if not path.startswith("/") or "//" in path or "/./" in path or "/../" in path or path.endswith(("/.", "/..")):
+    if not _normal(path):
         return False
     me = posix.getuid()
     try:

@@ -226,3 +226,22 @@ def test_the_hook_file_imports_nothing_when_imported():
         cwd=Path(ROOT),
     )
     assert out.stdout.strip() == "False"
+
+
+@pytest.mark.parametrize("tmpdir", ["plain", "plain/", "unset"])
+def test_a_temp_directory_holding_the_guards_directory_is_found_without_tempfile(tmp_path, tmpdir):
+    base = tmp_path / "t"
+    (base / f"cbconsole-{os.getuid()}").mkdir(parents=True, mode=0o700)
+    env = {k: v for k, v in os.environ.items() if k not in ("CBCONSOLE_SOCKET", "XDG_RUNTIME_DIR", "TEMP", "TMP")}
+    env["TMPDIR"] = str(base) + ("/" if tmpdir.endswith("/") else "")
+    if tmpdir == "unset":
+        del env["TMPDIR"]
+    code = (
+        "import sys; from breaker import hook; print(hook.socket_path()); print('tempfile' in sys.modules); "
+        "from breaker import paths; print(paths.default_socket_path())"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env)
+    ours, imported, theirs = out.stdout.splitlines()
+    assert ours == theirs
+    if tmpdir != "unset" or Path(f"/tmp/cbconsole-{os.getuid()}").is_dir():
+        assert imported == "False"
