@@ -245,3 +245,10 @@ def test_a_temp_directory_holding_the_guards_directory_is_found_without_tempfile
     assert ours == theirs
     if tmpdir != "unset" or Path(f"/tmp/cbconsole-{os.getuid()}").is_dir():
         assert imported == "False"
+
+
+def test_the_largest_hook_frame_stays_under_the_size_the_judge_takes():
+    from breaker.judge import JUDGE_FROM
+
+    frame = hook.hook_frame(b"y" * HOOK_PAYLOAD_MAX, "gemini-cli", True)
+    assert frame is not None and len(frame) < JUDGE_FROM
