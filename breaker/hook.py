@@ -10,26 +10,29 @@ After the call ran (PostToolUse, PostToolUseFailure, AfterTool) it reports a dig
 result to the guard (the `result` op), so a repeat whose output changed counts as progress. That
 never blocks anything, `--fail-closed` or not: the call already ran.
 
-It starts once per tool call, so it imports only what is cheap (`python -X importtime`; figures in
-tests/bench/bench_hook.py): no engine, no orjson, no argparse, no dataclasses, no `socket` module,
-no `pathlib` (breaker.paths keeps its own top cheap for this). It splits the guard's replies with
-breaker.wire's `FrameBuffer`, as every other client does; breaker.wire imports nothing.
+It starts once per tool call, so the usual path reads no JSON at all: it forwards the payload's bytes
+to the guard in the `hook` op, the guard reads them as the harness's dialect (breaker/hookwire.py, the
+same code either side) and answers with the bytes to print. This module imports only `sys`, `_socket`
+and breaker.wire (which imports nothing); no `os` either (`posix` is built in), nor `__future__`
+(`python -X importtime`; figures in tests/bench/bench_hook.py). cbhook reads the payload itself, with
+breaker.hookwire, when the guard cannot take it that way: a payload too big or deep for the op, a guard
+that cannot be asked (the failure mode decides, as always), an older guard.
+
+`cbconsole setup` runs it as `python -I -S <site-packages>/breaker/cbhook.py` (see that file): without
+the console-script wrapper and `site`, which cost more than the hook's own work.
 
 It never tells a socket it has not checked anything: one in a directory another user owns or can
 write to, or owned by another user, or served by another user's process, makes the guard
-unavailable (breaker.paths.check_socket, check_peer), and nothing it could say is used.
+unavailable (breaker.paths.check_socket, check_peer, whose cheap "all is well" case is repeated
+here), and nothing it could say is used.
 """
 
-from __future__ import annotations
-
 import _socket  # the C module behind `socket`: connect/send/recv is all we need, at a tenth of the import time
-import json
-import os
+import posix  # built in: what `os` wraps, without `os`'s 1 ms of imports
 import sys
 import time
 
-from breaker.paths import check_peer, check_socket
-from breaker.wire import MAX_FRAME, FrameBuffer, GuardUnavailable
+from breaker.wire import HOOK_BRACKETS_MAX, HOOK_PAYLOAD_MAX, FrameBuffer, GuardUnavailable
 
 TYPE_CHECKING = False  # not typing's: importing typing costs ~2 ms per tool call
 if TYPE_CHECKING:
@@ -38,18 +41,14 @@ if TYPE_CHECKING:
 __all__ = [
     "HARNESSES",
     "GuardUnavailable",
-    "Hook",
-    "HookRequest",
-    "answer",
-    "context",
-    "detect",
-    "dumps",
-    "loads",
+    "HookCommand",
+    "Oversized",
+    "ask",
+    "hook_frame",
     "main",
-    "parse_event",
-    "result_digest",
+    "plugin_dir",
+    "read_stdin",
     "socket_path",
-    "subagent_id",
 ]
 
 USAGE = """\
@@ -88,68 +87,34 @@ HARNESSES = {
     "dsh": "dsh",
 }
 
-# The events each harness gets a decision for, those that report a call's result, and those that end
-# an agent. Every other event (Stop, SessionStart, AfterAgent...) is answered with nothing and never
-# reaches the guard.
-TOOL_EVENTS = {
-    "claude-code": {"PreToolUse"},
-    "codex": {"PreToolUse"},
-    "dsh": {"PreToolUse"},
-    "gemini-cli": {"BeforeTool"},
-    "cursor": {"beforeShellExecution", "beforeMCPExecution", "preToolUse"},
+# What breaker.hookwire holds, importable from here as before it moved there (tests, integrations).
+_MOVED = {
+    "TOOL_EVENTS",
+    "RESULT_EVENTS",
+    "END_EVENTS",
+    "WARN_BEFORE",
+    "WARN_AFTER",
+    "HEAD",
+    "HookRequest",
+    "answer",
+    "context",
+    "detect",
+    "dumps",
+    "head_event",
+    "loads",
+    "parse_event",
+    "result_digest",
+    "subagent_id",
+    "_frame",
 }
-RESULT_EVENTS = {
-    "claude-code": {"PostToolUse", "PostToolUseFailure"},  # a failed call's result is its `error` text
-    "codex": {"PostToolUse"},  # it fires for failed commands too
-    "dsh": {"PostToolUse", "PostToolUseFailure"},
-    "gemini-cli": {"AfterTool"},  # no call id: the guard finds the call by its tool and args
-    "cursor": set(),  # not reported: Cursor is not on npm, so its after-events were never seen for real
-}
-# Where an allow's warning reaches the model (each seen in a real run, tests/e2e/test_warnings_e2e.py):
-# Claude Code and Codex take `additionalContext` from PreToolUse on an allow (Claude shows the model
-# "PreToolUse:Bash hook additional context: <text>", Codex a developer message), so the warning goes
-# with the check. Gemini CLI ignores it from BeforeTool but appends AfterTool's to the tool's result
-# (`<hook_context>…</hook_context>`), so its warning goes with the result, as the `result` reply gives it.
-# dsh's bridge and Cursor: none known (the dsh plugin shows warnings; see breaker/dsh_plugin).
-WARN_BEFORE = {"claude-code", "codex"}
-WARN_AFTER = {"gemini-cli"}
-END_EVENTS = {
-    "claude-code": {"SubagentStop", "SessionEnd"},
-    "codex": set(),  # Codex has no session-end hook: its agents leave the guard by LRU (maxAgents)
-    "dsh": {"SubagentStop"},  # the bridge runs no SessionEnd hooks
-    "gemini-cli": {"SessionEnd"},
-    "cursor": {"sessionEnd"},
-}
-_CURSOR_EVENTS = {
-    "beforeShellExecution",
-    "afterShellExecution",
-    "beforeMCPExecution",
-    "afterMCPExecution",
-    "beforeReadFile",
-    "afterFileEdit",
-    "beforeSubmitPrompt",
-    "afterAgentResponse",
-    "afterAgentThought",
-    "preToolUse",
-    "postToolUse",
-    "postToolUseFailure",
-    "sessionStart",
-    "sessionEnd",
-    "subagentStart",
-    "subagentStop",
-    "preCompact",
-    "stop",
-}
-_GEMINI_EVENTS = {
-    "BeforeTool",
-    "AfterTool",
-    "BeforeAgent",
-    "AfterAgent",
-    "BeforeModel",
-    "AfterModel",
-    "BeforeToolSelection",
-    "PreCompress",
-}
+
+
+def __getattr__(name: str) -> "Any":
+    if name in _MOVED:
+        from breaker import hookwire
+
+        return getattr(hookwire, name)
+    raise AttributeError(f"module 'breaker.hook' has no attribute {name!r}")
 
 
 def _log(message: str) -> None:
@@ -160,379 +125,130 @@ def _log(message: str) -> None:
         pass  # a closed stderr must not turn a log line into a crash
 
 
-# -- numbers exactly as the harness wrote them ------------------------------------------------------
-
-# A literal of 20 digits or more may be past 64 bits. The standard library reads integers exactly, but
-# refuses one over 4,300 digits (the whole payload would then be "not JSON", the call let through
-# uncounted) and takes quadratic time below that (64 MiB of 4,300-digit integers: 5 s to read and
-# write back, past a harness's hook timeout). Such literals are kept as the text they are and written
-# back as is; finding one costs one pass of C over the payload (0.4 us for 500 bytes, 80 ms for 60 MB).
-_DIGITS_ONLY = b" " * 48 + b"0" * 10 + b" " * 198  # bytes.translate: each digit to "0", the rest to " "
-_LONG = 20  # digits
+def _env(name: str) -> "str | None":
+    """os.environ.get(name), from `posix.environ` (bytes), decoded as `os` decodes it."""
+    value = posix.environ.get(name.encode())
+    return None if value is None else value.decode(sys.getfilesystemencoding(), "surrogateescape")
 
 
-class _Number:
-    """A number literal of the harness's payload, kept as it was written (an integer of _LONG digits or more)."""
-
-    __slots__ = ("text",)
-
-    def __init__(self, text: str) -> None:
-        self.text = text
-
-    def __repr__(self) -> str:
-        return self.text
-
-
-def _literal(text: str) -> Any:
-    return int(text) if len(text) < _LONG else _Number(text)
-
-
-def loads(data: bytes | str) -> Any:
-    """JSON as the standard library reads it, but with each integer of _LONG digits or more kept exactly
-    as written (a `_Number`, which `dumps` writes back as is), whatever its size."""
-    if isinstance(data, str):
-        import re  # already imported by json itself: free
-
-        long = re.search(f"[0-9]{{{_LONG}}}", data) is not None
-    else:
-        long = b"0" * _LONG in data.translate(_DIGITS_ONLY)
-    return json.loads(data, parse_int=_literal) if long else json.loads(data)
-
-
-def dumps(value: Any, **options: Any) -> str:
-    """json.dumps, writing each `_Number` as the literal it was. Raises TypeError or ValueError as json.dumps does."""
-    numbers: list[str] = []
-    mark = ""
-
-    def number(found: Any) -> str:
-        nonlocal mark
-        if not isinstance(found, _Number):
-            raise TypeError(f"Object of type {type(found).__name__} is not JSON serializable")
-        if not mark:  # a string no payload holds: a nonce, made only when a number needs it
-            mark = "\x00cbhook-number-" + os.urandom(12).hex()
-        numbers.append(found.text)
-        return mark
-
-    text = json.dumps(value, default=number, **options)
-    if numbers:
-        parts = text.split(json.dumps(mark))
-        if len(parts) != len(numbers) + 1:
-            raise ValueError("a number literal could not be written back")
-        text = "".join(part + digits for part, digits in zip(parts, numbers, strict=False)) + parts[-1]
-    return text
-
-
-# -- which harness sent this ----------------------------------------------------------------------
-
-
-def detect(event: dict[str, Any]) -> str | None:
-    """The harness that sent a hook payload (a key of TOOL_EVENTS), from its event name and field
-    shapes; None if unknown.
-
-    dsh's Claude-Code bridge sends Claude-shaped JSON; it differs from Claude Code by what it omits
-    (`permission_mode`, `prompt_id`) and by its ids (`session-<uuid>` roots, a subagent's own id as
-    `session_id`). Mistaking one for the other is harmless for a tool call: both take the same deny.
-    """
-    name = event.get("hook_event_name")
-    if not isinstance(name, str):
-        return None
-    if name in _CURSOR_EVENTS or ("conversation_id" in event and "session_id" not in event):
-        return "cursor"
-    if name in _GEMINI_EVENTS:
-        return "gemini-cli"
-    session = event.get("session_id")
-    if name == "SessionEnd":
-        return "gemini-cli" if "timestamp" in event else "claude-code"
-    if name in ("SubagentStop", "SubagentStart"):
-        agent = event.get("agent_id")
-        if (
-            "agent_transcript_path" not in event
-            and "permission_mode" not in event
-            and (not session or session == agent)
-        ):
-            return "dsh"
-        return "claude-code"
-    if "turn_id" in event:  # Codex sends it with every tool event; Claude Code never does
-        return "codex"
-    if "model" in event and "prompt_id" not in event and "agent_id" not in event:
-        return "codex"  # Codex's other mark; a Claude deny with `continue` would fail a Codex hook
-    if "permission_mode" in event or "prompt_id" in event or "agent_id" in event:
-        return "claude-code"
-    transcript = event.get("transcript_path")
-    if (
-        (isinstance(session, str) and session.startswith("session-"))
-        or transcript == ""
-        or (isinstance(transcript, str) and transcript.endswith(("/session.jsonl", "/session.jsonl.zstd")))
-    ):
-        return "dsh"
-    if "session_id" in event:
-        return "claude-code"  # older Claude Code versions sent neither permission_mode nor prompt_id
-    return None
-
-
-class HookRequest:
-    """What one hook event asks of the guard: to check one call (agent, tool, args, parent, call id),
-    to take a call's result (the call, and its result's `digest`), or to forget an agent (the agent
-    alone)."""
-
-    __slots__ = ("agent", "args", "call_id", "digest", "parent", "tool")
-
-    def __init__(
-        self,
-        agent: str,
-        tool: str = "",
-        args: Any = None,
-        parent: str | None = None,
-        call_id: Any = None,
-        digest: str = "",
-    ) -> None:
-        self.agent = agent
-        self.tool = tool
-        self.args = args
-        self.parent = parent
-        self.call_id = call_id
-        self.digest = digest
-
-
-def _text(value: Any) -> str | None:
-    return value if isinstance(value, str) and value else None
-
-
-def parse_event(harness: str, event: dict[str, Any]) -> tuple[str, HookRequest | None]:
-    """("check" | "result" | "end" | "ignore", the request) for a payload of `harness` (a key of
-    TOOL_EVENTS). A tool event without a usable agent or tool gives ("check", None): the guard
-    cannot judge it, and the failure mode decides; a result event without them gives ("result", None)."""
-    name = event.get("hook_event_name")
-    if name in TOOL_EVENTS[harness]:
-        return "check", _tool_call(harness, name, event)
-    if name in RESULT_EVENTS[harness]:
-        call = _tool_call(harness, name, event)
-        if call is not None:
-            call.digest = result_digest(_result_of(harness, name, event))
-        return "result", call
-    if name in END_EVENTS[harness]:
-        agent = _end_agent(harness, name, event)
-        return ("end", HookRequest(agent)) if agent else ("ignore", None)
-    return "ignore", None
-
-
-def subagent_id(session: str, agent_id: str) -> str:
-    """A Claude Code subagent's id in the guard: its session's id, `/`, the hook's `agent_id`.
-
-    breaker.transcripts names the subagent of a recorded session the same way, so one agent has
-    one id live and in replay."""
-    return f"{session}/{agent_id}"
-
-
-def _tool_call(harness: str, name: Any, event: dict[str, Any]) -> HookRequest | None:
-    if harness == "cursor":
-        agent = _text(event.get("conversation_id"))
-        if name == "beforeShellExecution":
-            command = event.get("command")
-            if agent is None or not isinstance(command, str):
-                return None
-            args: dict[str, Any] = {"command": command}
-            if isinstance(event.get("cwd"), str):
-                args["cwd"] = event["cwd"]
-            return HookRequest(agent, "Shell", args, call_id=_text(event.get("generation_id")))
-        tool, tool_input = _text(event.get("tool_name")), event.get("tool_input")
-        if isinstance(tool_input, str):  # beforeMCPExecution sends the MCP arguments as a JSON string
-            try:
-                tool_input = loads(tool_input)
-            except ValueError:
-                pass
-        if agent is None or tool is None:
-            return None
-        return HookRequest(agent, tool, tool_input, call_id=_text(event.get("generation_id")))
-    session, tool = _text(event.get("session_id")), _text(event.get("tool_name"))
-    if session is None or tool is None:
-        return None
-    call_id = event.get("tool_use_id")
-    call_id = call_id if isinstance(call_id, (str, int)) and not isinstance(call_id, bool) else None
-    sub = _text(event.get("agent_id")) if harness == "claude-code" else None
-    if sub is not None:  # a Claude Code subagent: keyed apart from the main agent, its parent named
-        return HookRequest(subagent_id(session, sub), tool, event.get("tool_input"), parent=session, call_id=call_id)
-    return HookRequest(session, tool, event.get("tool_input"), call_id=call_id)
-
-
-# -- a call's result ------------------------------------------------------------------------------
-
-# Lines of Gemini CLI's shell output that differ at every run of the same command: they would make
-# every repeat look like progress.
-_GEMINI_VOLATILE = ("Process Group PGID: ", "Background PIDs: ")
-
-
-def _result_of(harness: str, name: Any, event: dict[str, Any]) -> Any:
-    """What of a result event tells one result from another: the text the model reads where the
-    payload has it, without what changes at every run (timings, process ids)."""
-    if name == "PostToolUseFailure":
-        return event.get("error")  # Claude Code: "Exit code 3\n<output>", as the model reads it
-    response = event.get("tool_response")
-    if harness == "gemini-cli" and isinstance(response, dict) and "llmContent" in response:
-        response = response["llmContent"]  # what the model reads; `returnDisplay` is the user's
-        if isinstance(response, str):
-            lines = response.split("\n")
-            return "\n".join(line for line in lines if not line.startswith(_GEMINI_VOLATILE))
-    if isinstance(response, dict):
-        # Claude Code's WebSearch and WebFetch results carry `durationSeconds` / `durationMs`: a
-        # search repeated 555 times must not pass for progress because its timing changed.
-        return {k: v for k, v in response.items() if not _is_timing(k)}
-    return response
-
-
-def _is_timing(key: Any) -> bool:
-    low = key.lower() if isinstance(key, str) else ""
-    return "duration" in low or "elapsed" in low
-
-
-def result_digest(result: Any) -> str:
-    """16 hex digits of BLAKE2b over a result's text: a string as is, anything else as compact JSON
-    with sorted keys. Equal to breaker.keys.result_digest for a string; for other values it may
-    differ from orjson's bytes in rare floats, which does not matter: one harness's results are
-    only ever compared with each other. `_blake2` alone: `hashlib` costs ~5 ms per call to import."""
+def _is_dir(path: str) -> bool:
     try:
-        from _blake2 import blake2b
-    except ImportError:  # a Python built without it
-        from hashlib import blake2b
-    if isinstance(result, str):
-        text = result
-    else:
-        try:
-            text = dumps(result, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-        except (ValueError, TypeError, RecursionError):
-            text = repr(result)
-    return blake2b(text.encode("utf-8", "surrogatepass"), digest_size=8).hexdigest()
-
-
-def _end_agent(harness: str, name: Any, event: dict[str, Any]) -> str | None:
-    if harness == "cursor":
-        return _text(event.get("conversation_id"))
-    session = _text(event.get("session_id"))
-    if name == "SubagentStop":
-        sub = _text(event.get("agent_id"))
-        if harness == "dsh":  # the bridge names the child by its own dsh agent id
-            return sub or session
-        return subagent_id(session, sub) if session and sub else None
-    return session
-
-
-# -- the answer, in each harness's words ----------------------------------------------------------
-
-
-def answer(harness: str, event_name: Any, reason: str, *, stop: bool = False) -> dict[str, Any]:
-    """The JSON that denies a call in `harness`'s words; `stop` (an operator interrupt) also stops the
-    agent where the harness has such a signal (Claude Code: `continue: false`, which alone would let
-    the call run, so the deny goes with it)."""
-    if harness == "gemini-cli":
-        return {"decision": "deny", "reason": reason}
-    if harness == "codex":
-        # Codex 0.171.0 shows the model "Command blocked by PreToolUse hook: <reason>. Command: <cmd>": it adds
-        # the period itself, so one the reason ends with would read "stuck.. Command:".
-        reason = reason.rstrip()
-        reason = reason[:-1] if reason.endswith(".") and not reason.endswith("..") else reason
-    if harness == "cursor":
-        return {"permission": "deny", "user_message": reason, "agent_message": reason}
-    out: dict[str, Any] = {
-        "hookSpecificOutput": {
-            "hookEventName": event_name if isinstance(event_name, str) else "PreToolUse",
-            "permissionDecision": "deny",
-            "permissionDecisionReason": reason,
-        }
-    }
-    if stop and harness == "claude-code":
-        # Codex counts unknown output fields as a failed hook (and runs the tool); dsh's bridge
-        # records `continue` without halting (the dsh plugin cancels instead).
-        out = {"continue": False, "stopReason": reason, **out}
-    return out
-
-
-def context(event_name: str, text: str) -> dict[str, Any]:
-    """The JSON that shows the model `text` with an allowed call (Claude Code and Codex from
-    PreToolUse, Gemini CLI from AfterTool; see WARN_BEFORE and WARN_AFTER). No `permissionDecision`:
-    "allow" there would skip the harness's own permission prompt."""
-    return {"hookSpecificOutput": {"hookEventName": event_name, "additionalContext": text}}
+        return posix.stat(path).st_mode & 0o170000 == 0o040000
+    except (OSError, ValueError):
+        return False
 
 
 # -- the socket ----------------------------------------------------------------------------------
 
 
-def socket_path(environ: Any = None) -> str:
+def socket_path(environ: "Any" = None) -> str:
     """The guard's default socket, exactly as `breaker.paths.default_socket_path` computes it.
 
-    The first two rules are repeated here so that the common cases cost no import; the last one
-    (the temp directory, or /tmp when that would be too long a path) asks breaker.paths itself,
-    which imports pathlib and tempfile for it.
+    Its rules are repeated here so that the common cases cost no import: $CBCONSOLE_SOCKET, the runtime
+    directory, and a temp directory that already holds the guard's socket directory (`tempfile.gettempdir`
+    would pick it: the first of $TMPDIR, $TEMP, $TMP or /tmp, a directory someone could write to). Any
+    other case asks breaker.paths itself, which imports pathlib and tempfile for it.
     """
-    env = os.environ if environ is None else environ
-    explicit = env.get("CBCONSOLE_SOCKET")
+    get = _env if environ is None else environ.get
+    explicit = get("CBCONSOLE_SOCKET")
     if explicit:
-        return os.path.expanduser(explicit)
-    runtime = env.get("XDG_RUNTIME_DIR")
-    if runtime and os.path.isdir(runtime):
-        return os.path.join(runtime, "cbconsole", "guard.sock")
+        return _expand(explicit)
+    runtime = get("XDG_RUNTIME_DIR")
+    if runtime and _is_dir(runtime):
+        return runtime + ("" if runtime.endswith("/") else "/") + "cbconsole/guard.sock"
+    tmp = next((v for v in (get("TMPDIR"), get("TEMP"), get("TMP")) if v), "/tmp").rstrip("/")
+    directory = f"{tmp}/cbconsole-{posix.getuid()}"
+    limit = 107 if sys.platform.startswith(("linux", "android")) else 103  # breaker.paths.sun_path_max
+    operator = f"{directory}-operator/operator.sock".encode(sys.getfilesystemencoding(), "surrogateescape")
+    if _normal(directory) and len(operator) <= limit and _is_dir(directory):
+        return directory + "/guard.sock"
+    import os
+
     from breaker.paths import default_socket_path
 
-    return str(default_socket_path(env))
+    return str(default_socket_path(os.environ if environ is None else environ))
 
 
-def _encode(fields: dict[str, Any]) -> bytes:
-    return (dumps(fields, ensure_ascii=False, allow_nan=False, separators=(",", ":")) + "\n").encode()
+def _normal(path: str) -> bool:
+    """An absolute path that os.path.abspath leaves as it is."""
+    return (
+        path.startswith("/")
+        and not path.startswith("//")
+        and "//" not in path
+        and "/./" not in path
+        and "/../" not in path
+        and not path.endswith(("/", "/.", "/.."))
+    )
 
 
-def _frame(op: str, request: HookRequest, harness: str, *, unjudgeable: bool = False) -> bytes:
-    """The request's frame; b"" for a result the guard could not be sent (it is then not reported).
-    `unjudgeable`: a check with its args as unjudgeable (the guard could not read them)."""
-    fields: dict[str, Any] = {"op": op, "id": 1, "agent": request.agent}
-    if op == "check":
-        fields.update(
-            tool=request.tool, harness=harness, parent=request.parent, call_id=request.call_id, args=request.args
-        )
-        if unjudgeable:
-            fields.update(args=None, args_unserializable=True)
-    elif op == "result":
-        fields["digest"] = request.digest
-        if request.call_id is not None:
-            fields["call_id"] = request.call_id  # the call's id, as its check sent it: no need for the args
-        else:
-            fields.update(tool=request.tool, args=request.args)
+def _expand(path: str) -> str:
+    """os.path.expanduser(path), importing `os` only for a path that starts with `~`."""
+    if not path.startswith("~"):
+        return path
+    import os
+
+    return os.path.expanduser(path)
+
+
+def _socket_ok(path: str) -> bool:
+    """True if breaker.paths.check_socket would find nothing wrong with the socket at absolute `path`: its
+    directory a directory of ours no one else may write to, the socket a socket of ours. False when it is
+    anything else (missing, suspect, or a path to normalise first): then breaker.paths.check_socket decides."""
+    directory = path.rpartition("/")[0] or "/"
+    if not _normal(path):
+        return False
+    me = posix.getuid()
     try:
-        frame = _encode(fields)
-    except (ValueError, TypeError, UnicodeEncodeError, RecursionError):
-        frame = b""  # NaN, a lone surrogate, absurd nesting: JSON the guard cannot read
-    if op == "result" and len(frame) > MAX_FRAME:
-        frame = b""  # args too big to send: its check was sent as unjudgeable, so nothing would match
-    if op == "check" and (not frame or len(frame) > MAX_FRAME):
-        # Args the guard cannot be sent are "unjudgeable": allowed and counted, as the engine does.
-        fields.update(args=None, args_unserializable=True)
-        try:
-            frame = _encode(fields)
-        except (ValueError, UnicodeEncodeError):  # the ids themselves: keep them, escaped, stable
-            for key in ("agent", "tool", "parent"):
-                if isinstance(fields.get(key), str):
-                    fields[key] = fields[key].encode("utf-8", "backslashreplace").decode("utf-8")
-            frame = _encode(fields)
-    return frame
+        st = posix.lstat(directory)
+        if st.st_mode & 0o170000 != 0o040000 or st.st_uid != me or st.st_mode & 0o022:
+            return False
+        st = posix.lstat(path)
+    except (OSError, ValueError):
+        return False
+    return st.st_mode & 0o170000 == 0o140000 and st.st_uid == me
 
 
-def ask(path: str, frame: bytes, timeout: float) -> dict[str, Any]:
-    """Send one request on a fresh connection and return the reply with id 1 (events skipped).
+def _peer_ok(sock: "Any") -> bool:
+    """True if the kernel says the process serving `sock` runs as us (Linux's SO_PEERCRED: the case
+    breaker.paths.check_peer finds nothing wrong with); False leaves it to check_peer."""
+    if not sys.platform.startswith(("linux", "android")):
+        return False
+    try:
+        raw = sock.getsockopt(1, 17, 12)  # SOL_SOCKET, SO_PEERCRED: struct ucred {pid, uid, gid}
+    except OSError:
+        return False
+    return len(raw) >= 8 and int.from_bytes(raw[4:8], sys.byteorder) == posix.getuid()
+
+
+_HOOK_REPLY = b'{"id":1,"exit":'  # how the guard's answer to the `hook` op begins (orjson keeps the order)
+
+
+def _exchange(path: str, frame: bytes, timeout: float, hook: bool = False) -> "bytes | dict[str, Any]":
+    """Send one request on a fresh connection and return the reply with id 1 (events skipped): with
+    `hook`, a reply to the `hook` op as its frame (bytes), any other as a dict.
 
     `timeout` is one deadline for the whole exchange (connect, send, every read): a peer that
     dribbles its reply a byte at a time cannot hold the harness past it. A socket that fails
     `check_socket` is never connected to; a peer that fails `check_peer` is sent nothing.
     """
-    unsafe = check_socket(path)
-    if unsafe is not None:
-        raise GuardUnavailable(unsafe)
+    if not _socket_ok(path):
+        from breaker.paths import check_socket
+
+        unsafe = check_socket(path)
+        if unsafe is not None:
+            raise GuardUnavailable(unsafe)
     deadline = time.monotonic() + timeout
     sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
     try:
         try:
             sock.settimeout(timeout)
             sock.connect(path)
-            unsafe = check_peer(sock, path)
-            if unsafe is not None:
-                raise GuardUnavailable(unsafe)
+            if not _peer_ok(sock):
+                from breaker.paths import check_peer
+
+                unsafe = check_peer(sock, path)
+                if unsafe is not None:
+                    raise GuardUnavailable(unsafe)
             _time_left(sock, deadline)
             sock.sendall(frame)
             replies = FrameBuffer(MAX_REPLY)
@@ -543,6 +259,10 @@ def ask(path: str, frame: bytes, timeout: float) -> dict[str, Any]:
                     raise GuardUnavailable(f"the guard at {path} closed the connection without answering")
                 replies.feed(chunk)
                 for line in replies.frames():
+                    if hook and line.startswith(_HOOK_REPLY):
+                        return line
+                    import json  # not for the `hook` op's answer: only an older guard's, an error, an event
+
                     try:
                         msg = json.loads(line)
                     except ValueError:
@@ -561,7 +281,14 @@ def ask(path: str, frame: bytes, timeout: float) -> dict[str, Any]:
         sock.close()
 
 
-def _time_left(sock: Any, deadline: float) -> None:
+def ask(path: str, frame: bytes, timeout: float) -> "dict[str, Any]":
+    """Send one request (check, result, agent_end) on a fresh connection and return its reply."""
+    reply = _exchange(path, frame, timeout)
+    assert isinstance(reply, dict)
+    return reply
+
+
+def _time_left(sock: "Any", deadline: float) -> None:
     """Give the next blocking call only what is left of the deadline."""
     left = deadline - time.monotonic()
     if left <= 0:
@@ -569,148 +296,100 @@ def _time_left(sock: Any, deadline: float) -> None:
     sock.settimeout(left)
 
 
+# -- the `hook` op ----------------------------------------------------------------------------------
+
+
+def hook_frame(data: bytes, harness: "str | None", fail_closed: bool) -> "bytes | None":
+    """The `hook` op's frame for payload `data`, or None if the op cannot take it (too long or too deep:
+    cbhook reads it itself). The payload goes as a JSON string of its very bytes: only `\\`, `"` and the
+    line breaks and tabs are escaped, with C-speed replaces. Bytes that are not UTF-8 or other control
+    characters make a frame the guard refuses (`bad_json`): cbhook then reads that payload itself."""
+    if len(data) > HOOK_PAYLOAD_MAX or data.count(b"{") + data.count(b"[") > HOOK_BRACKETS_MAX:
+        return None
+    for raw, escaped in ((b"\\", b"\\\\"), (b'"', b'\\"'), (b"\n", b"\\n"), (b"\r", b"\\r"), (b"\t", b"\\t")):
+        if raw in data:
+            data = data.replace(raw, escaped)
+    if len(data) > HOOK_PAYLOAD_MAX:
+        return None
+    named = b"null" if harness is None else b'"' + harness.encode() + b'"'
+    closed = b"true" if fail_closed else b"false"
+    return b'{"op":"hook","id":1,"harness":%s,"fail_closed":%s,"payload":"%s"}\n' % (named, closed, data)
+
+
+def _hook_reply(line: bytes) -> "tuple[int, bytes, bytes] | None":
+    """(exit status, stdout bytes, stderr bytes) of the guard's answer to the `hook` op, or None."""
+    head, _, rest = line.partition(b',"stdout":"')
+    out, _, rest = rest.partition(b'","stderr":"')
+    if not rest.endswith(b'"}'):
+        return None
+    try:
+        return int(head[len(_HOOK_REPLY) :]), bytes.fromhex(out.decode()), bytes.fromhex(rest[:-2].decode())
+    except ValueError:
+        return None
+
+
 # -- the command ---------------------------------------------------------------------------------
 
 
-class Hook:
-    """One run of cbhook: options in, (stdout text, exit status) out."""
+class HookCommand:
+    """One run of cbhook: options in, (stdout bytes, stderr bytes, exit status) out."""
 
     def __init__(
         self,
-        socket: str | None = None,
+        socket: "str | None" = None,
         timeout: float = DEFAULT_TIMEOUT,
         fail_closed: bool = False,
-        harness: str | None = None,
+        harness: "str | None" = None,
     ) -> None:
         self.socket = socket
         self.timeout = timeout
         self.fail_closed = fail_closed
-        self.harness = harness  # a key of TOOL_EVENTS (--harness), or None: detect it per payload
+        self.harness = harness  # a key of breaker.hookwire.TOOL_EVENTS (--harness), or None: detect it per payload
 
-    def run(self, data: bytes) -> tuple[str, int]:
+    def run(self, data: bytes) -> "tuple[bytes, bytes, int]":
         """`data` is stdin (`Oversized`: its head only, the rest drained unread)."""
-        harness = self.harness
-        unjudgeable = False
-        why = f"over {MAX_STDIN // (1024 * 1024)} MiB" if isinstance(data, Oversized) else ""
-        if not why:
-            try:
-                event = loads(data)
-            except RecursionError:
-                why = "nested too deep to read"
-            except ValueError:
-                what = "empty" if not data.strip() else "not JSON"
-                return self._cannot_judge(harness, None, f"the hook payload on stdin is {what}")
-        if why:
-            head = head_event(data)
-            if head is None:
-                return self._cannot_judge(harness, None, f"the hook payload is {why}")
-            _log(f"the hook payload is {why}: its call is sent with its args unjudgeable (counted)")
-            event, unjudgeable = head, True
-        if not isinstance(event, dict):
-            return self._cannot_judge(harness, None, "the hook payload on stdin is not a JSON object")
-        harness = harness or detect(event)
-        if harness is None:
-            return self._cannot_judge(None, None, "cannot tell which harness sent this payload (use --harness)")
-        name = event.get("hook_event_name")
-        action, request = parse_event(harness, event)
-        if action == "ignore":
-            return "", 0
-        if request is None:
-            what = f"the {harness} {name} payload has no usable agent id or tool name"
-            if action == "result":  # the call already ran: nothing to allow or deny
-                _log(f"{what}; its result is not reported")
-                return "", 0
-            return self._cannot_judge(harness, name, what)
-        path = self.socket or socket_path()
-        if action == "result" and unjudgeable:
-            _log("a result the hook could not read is not reported")
-            return "", 0
-        if action == "result":
-            return self._result(harness, str(name), request, path)
-        if action == "end":
-            try:
-                ask(path, _frame("agent_end", request, harness), self.timeout)
-            except GuardUnavailable as exc:
-                _log(f"{exc}; agent {request.agent!r} not forgotten")
-            return "", 0
-        try:
-            reply = ask(path, _frame("check", request, harness, unjudgeable=unjudgeable), self.timeout)
-            if "error" in reply and not unjudgeable:
-                # The guard could not take the frame (args it cannot read): ask again with the args as
-                # unjudgeable, so the call is counted (the cap applies) rather than let through uncounted.
-                reply = ask(path, _frame("check", request, harness, unjudgeable=True), self.timeout)
-        except GuardUnavailable as exc:
-            return self._unavailable(harness, name, str(exc))
-        decision = reply.get("decision")
-        if decision == "allow":
-            warning = reply.get("warning")
-            if isinstance(warning, str) and warning and harness in WARN_BEFORE and isinstance(name, str):
-                return _dump(context(name, warning)), 0
-            return "", 0
-        if decision == "deny":
-            reason = reply.get("reason")
-            reason = reason if isinstance(reason, str) and reason else "Circuit breaker: this call was denied."
-            return _dump(answer(harness, name, reason, stop=reply.get("kind") == "interrupted")), 0
-        return self._unavailable(harness, name, f"the guard answered {_wrong(reply)}")
+        path = ""
+        if not isinstance(data, Oversized):
+            frame = hook_frame(data, self.harness, self.fail_closed)
+            if frame is not None:
+                path = self.socket or socket_path()
+                try:
+                    reply = _exchange(path, frame, self.timeout, hook=True)
+                except GuardUnavailable as exc:
+                    return self.read_here(data, path, exc)  # the failure mode decides, in the harness's words
+                answer = _hook_reply(reply) if type(reply) is bytes else None
+                if answer is not None:
+                    status, out, err = answer
+                    return out, err, status
+                # An older guard (unknown_op), or a payload its frame could not carry (bad_json): read it here.
+        return self.read_here(data, path)
 
-    def _result(self, harness: str, name: str, request: HookRequest, path: str) -> tuple[str, int]:
-        """Report a call's result; print the warning its check gave where the harness shows it only
-        with the result. Never a deny: the call already ran."""
-        frame = _frame("result", request, harness)
-        if not frame:
-            _log(f"the result of a {request.tool} call of agent {request.agent!r} cannot be sent; not reported")
-            return "", 0
-        try:
-            reply = ask(path, frame, self.timeout)
-        except GuardUnavailable as exc:
-            _log(f"{exc}; the result of a {request.tool} call of agent {request.agent!r} is not reported")
-            return "", 0
-        if reply.get("ok") is not True:
-            _log(f"the guard answered {_wrong(reply)}; the result is not reported")
-            return "", 0
-        warning = reply.get("warning")
-        if isinstance(warning, str) and warning and harness in WARN_AFTER:
-            return _dump(context(name, warning)), 0
-        return "", 0
+    def read_here(
+        self, data: bytes, path: str = "", unavailable: "GuardUnavailable | None" = None
+    ) -> "tuple[bytes, bytes, int]":
+        """Read the payload in this process (breaker.hookwire) and ask the guard request by request, as
+        cbhook did before the `hook` op; `unavailable`: the guard could not be asked just now (not asked again)."""
+        from breaker.hookwire import HookRun
 
-    def _unavailable(self, harness: str, name: Any, why: str) -> tuple[str, int]:
-        """The fallback for a call the guard could not be asked about (or answered with an error)."""
-        if self.fail_closed:
-            _log(f"{why}; denying (--fail-closed)")
-            reason = f"Circuit breaker unavailable ({why}); tool calls are denied until it is back."
-            return _dump(answer(harness, name, reason)), 0
-        _log(f"{why}; allowing the call (fail open)")
-        return "", 0
+        def ask_guard(frame: bytes) -> "dict[str, Any]":
+            if unavailable is not None:
+                raise unavailable
+            return ask(path or self.socket or socket_path(), frame, self.timeout)
 
-    def _cannot_judge(self, harness: str | None, name: Any, why: str) -> tuple[str, int]:
-        if not self.fail_closed:
-            _log(f"{why}; allowing the call (fail open)")
-            return "", 0
-        reason = f"Circuit breaker could not judge this call ({why}); denied (--fail-closed)."
-        _log(reason)
-        if harness is None:
-            return "", 2  # every harness here treats exit 2 as "block", with stderr as the reason
-        event = name if isinstance(name, str) else next(iter(TOOL_EVENTS[harness]))
-        return _dump(answer(harness, event, reason)), 0
-
-
-def _wrong(reply: dict[str, Any]) -> str:
-    """What is wrong with a reply that is not the one asked for: its error, or the reply itself."""
-    error = reply.get("error")
-    if isinstance(error, dict):
-        return f"{error.get('code')}: {error.get('message')}"
-    return f"an unexpected reply {reply!r:.200}"
-
-
-def _dump(value: dict[str, Any]) -> str:
-    return json.dumps(value) + "\n"
+        run = HookRun(ask_guard, _log, fail_closed=self.fail_closed, harness=self.harness)
+        oversized = f"over {MAX_STDIN // (1024 * 1024)} MiB" if isinstance(data, Oversized) else ""
+        out, status = run.run(data, oversized=oversized)
+        return out.encode(), b"", status
 
 
 class Oversized(bytes):
     """Stdin past MAX_STDIN: its first HEAD bytes only (the rest was drained unread)."""
 
 
-def read_stdin(stream: Any, limit: int = MAX_STDIN) -> bytes:
+HEAD = 1 << 20  # bytes of an oversized payload kept: breaker.hookwire.HEAD, which reads its ids from them
+
+
+def read_stdin(stream: "Any", limit: int = MAX_STDIN) -> bytes:
     """All of stdin, or (after draining it, so the harness never gets EPIPE) its head as `Oversized` if
     over `limit`."""
     data = stream.read(limit + 1)
@@ -722,41 +401,15 @@ def read_stdin(stream: Any, limit: int = MAX_STDIN) -> bytes:
     return data
 
 
-# A payload the hook cannot read whole — past MAX_STDIN, or nested deeper than Python's json goes — is
-# still a tool call to count. Every harness writes the ids (session, event, tool) before the tool's
-# input; the members before the first nested value are read alone, and the call is sent as
-# unjudgeable: counted, the cap applies.
-HEAD = 1 << 20  # bytes of such a payload looked at
-_TOKEN = None  # the scanner's pattern, compiled on the rare path that needs it
-
-
-def head_event(data: bytes) -> dict[str, Any] | None:
-    """The payload's top-level members that come before its first nested value, or None."""
-    import re  # json imports it already: free
-
-    global _TOKEN
-    if _TOKEN is None:
-        _TOKEN = re.compile(rb'"(?:[^"\\]|\\.)*"|[\[{]')
-    head = data[:HEAD].lstrip()
-    if not head.startswith(b"{"):
-        return None
-    for found in _TOKEN.finditer(head, 1):
-        if found.group() in (b"[", b"{"):  # the first nested value: a member `"key":` stands before it
-            try:
-                event = json.loads(head[: found.start()] + b"null}")
-            except ValueError:
-                return None
-            return event if isinstance(event, dict) else None
-    return None
-
-
 def plugin_dir() -> str:
+    import os
+
     return os.path.join(os.path.dirname(os.path.abspath(__file__)), "dsh_plugin")
 
 
-def _parse_args(argv: list[str]) -> Hook | str:
-    """A Hook, or a message for a usage error. Hand-rolled: argparse costs a hook ~3 ms per call."""
-    hook = Hook()
+def _parse_args(argv: "list[str]") -> "HookCommand | str":
+    """A HookCommand, or a message for a usage error. Hand-rolled: argparse costs a hook ~3 ms per call."""
+    hook = HookCommand()
     it = iter(argv)
     for arg in it:
         name, eq, inline = arg.partition("=")
@@ -765,7 +418,7 @@ def _parse_args(argv: list[str]) -> Hook | str:
             if not value:
                 return f"{name} needs a value"
             if name == "--socket":
-                hook.socket = os.path.expanduser(value)
+                hook.socket = _expand(value)
             elif name == "--timeout":
                 try:
                     hook.timeout = float(value)
@@ -776,6 +429,8 @@ def _parse_args(argv: list[str]) -> Hook | str:
             else:
                 harness = HARNESSES.get(value.lower())
                 if harness is None:
+                    from breaker.hookwire import TOOL_EVENTS
+
                     names = ", ".join(TOOL_EVENTS)
                     return f"--harness: expected one of {names} (or claude, gemini), found {value!r}"
                 hook.harness = harness
@@ -786,7 +441,16 @@ def _parse_args(argv: list[str]) -> Hook | str:
     return hook
 
 
-def main(argv: list[str] | None = None) -> int:
+def _write(stream: "Any", data: bytes) -> None:
+    if data:
+        try:
+            stream.buffer.write(data)
+            stream.flush()
+        except (OSError, ValueError, AttributeError):
+            pass
+
+
+def main(argv: "list[str] | None" = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if args and args[0] in ("-h", "--help"):
         sys.stdout.write(USAGE)
@@ -810,16 +474,12 @@ def main(argv: list[str] | None = None) -> int:
         _log(f"cannot read stdin: {exc}")
         data = b""
     try:
-        out, status = hook.run(data)
+        out, err, status = hook.run(data)
     except Exception as exc:  # a bug here must not stop the harness; fail as configured
         _log(f"internal error ({type(exc).__name__}: {exc}); {'denying' if hook.fail_closed else 'allowing'}")
         return 2 if hook.fail_closed else 0
-    if out:
-        try:
-            sys.stdout.write(out)
-            sys.stdout.flush()
-        except (OSError, ValueError):
-            pass
+    _write(sys.stderr, err)
+    _write(sys.stdout, out)
     return status
 
 

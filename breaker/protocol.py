@@ -18,11 +18,12 @@ from typing import Any, ClassVar
 import orjson
 
 from breaker.config import AGENT_LIMITS, BY_KEY
-from breaker.wire import MAX_FRAME, PROTOCOL_VERSION, FrameBuffer
+from breaker.wire import HOOK_BRACKETS_MAX, HOOK_PAYLOAD_MAX, MAX_FRAME, PROTOCOL_VERSION, FrameBuffer
 
 __all__ = [
     "ERROR_CODES",
     "HARNESS",
+    "HOOK_HARNESSES",
     "MAX_DIGEST",
     "MAX_FRAME",
     "MAX_TEXT",
@@ -38,6 +39,8 @@ __all__ = [
     "ErrorReply",
     "Follow",
     "GuardStats",
+    "HookCall",
+    "HookReply",
     "InterruptEvent",
     "KeyRow",
     "Override",
@@ -308,6 +311,43 @@ class AgentEnd(Request):
 
 
 @dataclass(slots=True)
+class HookCall(Request):
+    """cbhook's hook payload, forwarded as the harness wrote it: the guard reads it as cbhook would
+    (breaker/hookwire.py), asks its own check, result or agent_end, and answers with what cbhook prints."""
+
+    op: ClassVar[str] = "hook"
+    plane: ClassVar[str] = HARNESS
+    REPLY: ClassVar = ("exit", "stdout", "stderr")
+    SPEC: ClassVar = (("payload", _STR, _REQUIRED), ("harness", _OPT_STR, None), ("fail_closed", (bool,), False))
+
+    payload: str = ""
+    harness: str | None = None
+    fail_closed: bool = False
+
+    @classmethod
+    def decode(cls, msg: dict[str, Any]) -> HookCall:
+        payload, rid = msg.get("payload"), msg.get("id")
+        # The generic field check stops strings at MAX_TEXT: the payload is checked here, the rest there.
+        call = super(HookCall, cls).decode({**msg, "payload": ""} if type(payload) is str else msg)
+        assert isinstance(call, HookCall) and type(payload) is str
+        if len(payload) > HOOK_PAYLOAD_MAX or payload.count("[") + payload.count("{") > HOOK_BRACKETS_MAX:
+            raise ProtocolError(
+                "bad_request",
+                f"hook: 'payload' is over {HOOK_PAYLOAD_MAX:,} characters or {HOOK_BRACKETS_MAX} brackets",
+                rid,
+            )
+        if call.harness is not None and call.harness not in HOOK_HARNESSES:
+            raise ProtocolError(
+                "bad_request", f"hook: 'harness' must be one of {', '.join(HOOK_HARNESSES)} or null", rid
+            )
+        call.payload = payload
+        return call
+
+
+HOOK_HARNESSES = ("claude-code", "codex", "gemini-cli", "cursor", "dsh")  # breaker.hookwire.TOOL_EVENTS' keys
+
+
+@dataclass(slots=True)
 class Ping(Request):
     op: ClassVar[str] = "ping"
     plane: ClassVar[str] = HARNESS
@@ -450,6 +490,7 @@ OPS: dict[str, type[Request]] = {
         Check,
         Result,
         AgentEnd,
+        HookCall,
         Ping,
         Subscribe,
         Unsubscribe,
@@ -647,6 +688,23 @@ class Done(Reply):
             if value is not None:
                 out[f.name] = value
         return out
+
+
+@dataclass(slots=True)
+class HookReply(Reply):
+    """The `hook` op's answer: cbhook's exit status, and the bytes it writes to stdout and to stderr, each as
+    hex (UTF-8), so that cbhook reads them without a JSON parser."""
+
+    exit: int
+    stdout: str
+    stderr: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "exit": self.exit,
+            "stdout": self.stdout.encode("utf-8", "backslashreplace").hex(),
+            "stderr": self.stderr.encode("utf-8", "backslashreplace").hex(),
+        }
 
 
 @dataclass(slots=True)

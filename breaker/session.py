@@ -25,6 +25,7 @@ from breaker.channel import AgentMeta, Channel, Slot, drop_meta
 from breaker.engine import DENY_KINDS, Guard
 from breaker.follows import Follows
 from breaker.frames import ROWS_PER_PART, Subscribers
+from breaker.hookwire import serve as serve_hook
 from breaker.jobs import DecisionJob, IncidentJob, Job, JudgeJob
 from breaker.keys import Judged
 from breaker.persist import Persistence
@@ -47,6 +48,8 @@ from breaker.protocol import (
     GuardStats,
     Hello,
     HelloReply,
+    HookCall,
+    HookReply,
     Interrupt,
     Override,
     Pause,
@@ -172,6 +175,7 @@ class ServerSession:
             ConfigSet: changes.config_set,
             Snapshot: frames.snapshot,
             Stats: lambda ch, req: StatsReply(self.current_stats()).encode(req.id),
+            HookCall: self._hook,
         }
 
     # -- connections -------------------------------------------------------------------------------------------------
@@ -340,6 +344,19 @@ class ServerSession:
         except Exception as exc:  # a bug in an operator op must not take the connection down
             log.exception("op %s failed", req.op)
             return ErrorReply("internal", f"{req.op} failed: {exc}").encode(req.id)
+
+    def _hook(self, ch: Channel, req: HookCall) -> bytes:
+        """cbhook's payload: breaker.hookwire reads it, and asks its requests here as if they came on `ch` (never
+        through the judge: the op's payload is small)."""
+
+        def ask(frame: bytes) -> bytes:
+            try:
+                reply = self._dispatch(ch, decode_request(frame), None)
+            except ProtocolError as exc:
+                return ErrorReply(exc.code, exc.message).encode(exc.request_id)
+            return reply if isinstance(reply, bytes) else b"{}"
+
+        return HookReply(*serve_hook(req.payload, req.harness, req.fail_closed, ask)).encode(req.id)
 
     def _to_judge(self, ch: Channel, frame: bytes) -> Slot | None:
         """A large frame goes to the judge; the connection's later frames wait for it."""

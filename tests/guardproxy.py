@@ -23,6 +23,7 @@ def _id_of(frame: bytes) -> Any:
 
 
 CHECK = b'"op":"check"'
+HOOK = b'"op":"hook"'
 
 
 def is_check(frame: bytes) -> bool:
@@ -59,11 +60,16 @@ class GuardProxy:
     answers it with `fields` (and its id) and never passes it on; `swallow_next()` passes it (and what
     came with it) to the guard, then closes the client's connection without a reply. `drop_all()`
     closes every open connection now. `frames` lists every frame passed to the guard, in order.
+
+    cbhook's `hook` op (its payload, for the guard to read) is answered `unknown_op`, as a guard from before
+    the op would, unless `hook_op`: cbhook then reads the payload itself and sends its check, result or
+    agent_end as frames the proxy sees and can cue (breaker/hookwire.py runs the same code in the guard).
     """
 
-    def __init__(self, guard_socket: Path, path: Path) -> None:
+    def __init__(self, guard_socket: Path, path: Path, *, hook_op: bool = False) -> None:
         self.guard_socket = guard_socket
         self.path = path
+        self.hook_op = hook_op
         self.frames: list[bytes] = []
         self.connections = 0
         self._cues: list[tuple[str, Any, bytes]] = []
@@ -167,6 +173,10 @@ class GuardProxy:
         for frames in self._batches(pipe, pipe.client):
             out, swallow = b"", False
             for frame in frames:
+                if not self.hook_op and HOOK in frame[:32]:
+                    error = {"code": "unknown_op", "message": "unknown op 'hook' (a guard from before the op)"}
+                    self._send(pipe, json.dumps({"id": _id_of(frame), "error": error}).encode() + b"\n")
+                    continue
                 cue = self._cue(frame)
                 if cue is not None and cue[0] == "answer":
                     self._send(pipe, json.dumps({"id": _id_of(frame), **cue[1]}).encode() + b"\n")

@@ -5,18 +5,20 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import sys
 from pathlib import Path
 
 import pytest
 
 from breaker.hook import plugin_dir
 from breaker.wiring import doctor
-from breaker.wiring.harnesses import Places, find_cbhook, settings_snippet
+from breaker.wiring.harnesses import Places, cbhook_command, find_cbhook, hook_file, settings_snippet
 from breaker.wiring.setup import main as setup
 from tests.test_setup import put
 
 CBHOOK = find_cbhook()
 assert CBHOOK is not None
+COMMAND = cbhook_command(hook_file())  # the form setup writes
 
 
 @pytest.fixture(autouse=True)
@@ -43,11 +45,18 @@ def statuses(checks: list[doctor.Check]) -> list[tuple[str, str]]:
     return [(c.status, c.check) for c in checks]
 
 
-def test_hooks_that_call_this_cbhook_by_its_path_are_ok(tmp_path):
-    files = settings("claude-code", tmp_path, settings_snippet("claude-code", str(CBHOOK)))
+def test_hooks_that_run_this_installations_cbhook_as_setup_writes_them_are_ok(tmp_path):
+    files = settings("claude-code", tmp_path, settings_snippet("claude-code", COMMAND))
     assert statuses(doctor.check_hooks("claude-code", files, CBHOOK, places(tmp_path), None)) == [
         ("ok", "claude-code.hook")
     ]
+
+
+def test_hooks_that_call_the_cbhook_program_work_and_doctor_says_how_to_make_them_fast(tmp_path):
+    files = settings("claude-code", tmp_path, settings_snippet("claude-code", str(CBHOOK)))
+    checks = doctor.check_hooks("claude-code", files, CBHOOK, places(tmp_path), None)
+    assert statuses(checks) == [("ok", "claude-code.hook"), ("warn", "claude-code.hook")]
+    assert f"setup now writes `{COMMAND}`" in checks[1].message and checks[1].fix == "cbconsole setup claude-code"
 
 
 @pytest.mark.parametrize(
@@ -56,6 +65,10 @@ def test_hooks_that_call_this_cbhook_by_its_path_are_ok(tmp_path):
         ("cbhook", "runs `cbhook` by name"),
         ("/gone/venv/bin/cbhook", "does not exist"),
         ("OTHER", "another installation's cbhook"),
+        ("python3 -I -S /x/breaker/cbhook.py", "runs `python3` by name"),
+        ("/gone/venv/bin/python -I -S /gone/breaker/cbhook.py", "/gone/venv/bin/python, which does not exist"),
+        ("PYTHON -I -S /gone/breaker/cbhook.py", "/gone/breaker/cbhook.py, which does not exist"),
+        ("OTHER.py", "another installation's cbhook"),
     ],
 )
 def test_a_hook_that_may_not_reach_this_cbhook_fails_with_the_setup_command(tmp_path, command, words):
@@ -64,6 +77,12 @@ def test_a_hook_that_may_not_reach_this_cbhook_fails_with_the_setup_command(tmp_
         other.parent.mkdir(parents=True)
         shutil.copy(CBHOOK, other)  # type: ignore[arg-type]
         command = str(other)
+    if command == "OTHER.py":
+        other = tmp_path / "site" / "breaker" / "cbhook.py"
+        other.parent.mkdir(parents=True)
+        shutil.copy(hook_file(), other)
+        command = f"{sys.executable} -I -S {other}"
+    command = command.replace("PYTHON", sys.executable)
     files = settings("codex", tmp_path, settings_snippet("codex", command))
     (check,) = doctor.check_hooks("codex", files, CBHOOK, places(tmp_path), None)
     assert check.status == "fail" and words in check.message, check
@@ -73,7 +92,7 @@ def test_a_hook_that_may_not_reach_this_cbhook_fails_with_the_setup_command(tmp_
 def test_no_hook_is_a_failure_and_a_missing_post_hook_a_warning(tmp_path):
     (check,) = doctor.check_hooks("gemini", [], CBHOOK, places(tmp_path), None)
     assert check.status == "fail" and "no BeforeTool hook" in check.message and "not checked" in check.message
-    value = settings_snippet("gemini", str(CBHOOK))
+    value = settings_snippet("gemini", COMMAND)
     del value["hooks"]["AfterTool"]
     checks = doctor.check_hooks("gemini", settings("gemini", tmp_path, value), CBHOOK, places(tmp_path), None)
     assert statuses(checks) == [("ok", "gemini.hook"), ("warn", "gemini.hook")]

@@ -302,15 +302,15 @@ def test_default_socket_path_is_the_one_breaker_paths_computes(env, tmp_path):
         assert ours == f"/tmp/cbconsole-{os.getuid()}/guard.sock"
 
 
-# What cbhook may load beyond Python's start-up: `time` and `_socket` are C modules; breaker.paths
-# keeps pathlib and tempfile out of its top; breaker.wire (the framing) imports nothing.
-HOOK_MODULES = {
-    "breaker",
-    "breaker.hook",
+# What cbhook may load beyond Python's start-up: `time` and `_socket` are C modules; breaker.wire (the
+# framing) imports nothing. Asking the guard to read the payload (the `hook` op) takes no more: no JSON
+# parser, no `os`, no breaker.paths (its checks' "all is well" case is repeated in breaker.hook).
+FAST_MODULES = {"breaker", "breaker.hook", "breaker.wire", "_socket", "time"}
+# When cbhook reads the payload itself (an older guard, a payload too big for the op, no guard), it loads the
+# dialects (breaker.hookwire), json, and breaker.paths, which keeps pathlib and tempfile out of its top.
+HOOK_MODULES = FAST_MODULES | {
+    "breaker.hookwire",
     "breaker.paths",
-    "breaker.wire",
-    "_socket",
-    "time",
     "json",
     "json.decoder",
     "json.scanner",
@@ -319,12 +319,12 @@ HOOK_MODULES = {
 }
 
 
-def test_importing_the_hook_loads_only_json_and_the_socket_module_beyond_python_startup():
+def test_importing_the_hook_loads_only_the_socket_module_beyond_python_startup():
     env = {**os.environ, "CBCONSOLE_SOCKET": "/nonexistent/guard.sock"}
     code = "import sys; before = set(sys.modules); import breaker.hook; print(sorted(set(sys.modules) - before))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env).stdout
     added = set(json.loads(out.replace("'", '"')))
-    assert added <= HOOK_MODULES
+    assert added <= FAST_MODULES
 
 
 def test_a_checked_call_loads_nothing_beyond_the_hooks_own_imports(guard):
@@ -335,10 +335,13 @@ def test_a_checked_call_loads_nothing_beyond_the_hooks_own_imports(guard):
     )
     payload = json.dumps(claude_pre("s-imports")).encode()
     out = subprocess.run(
-        [sys.executable, "-c", code, str(guard.socket)], input=payload, capture_output=True, check=True
+        [sys.executable, "-I", "-S", "-c", f"import sys; sys.path.append({str(ROOT)!r}); {code}", str(guard.socket)],
+        input=payload,
+        capture_output=True,
+        check=True,
     )
     status, _, added = out.stdout.decode().partition(" ")
-    assert status == "0" and set(json.loads(added.replace("'", '"'))) <= HOOK_MODULES, out
+    assert status == "0" and set(json.loads(added.replace("'", '"'))) <= FAST_MODULES, out
     assert agent_views(guard.socket)["s-imports"]["calls"] == 1  # it did ask the guard
 
 
@@ -513,7 +516,9 @@ def one_shot_peer(path: Path, *sends: bytes) -> socket.socket:
 
 
 def test_a_reply_split_across_reads_after_an_event_is_found_by_its_id(tmp_path):
-    reply = json.dumps({"id": 1, "decision": "deny", "kind": "duplicate", "reason": "R-split"}).encode() + b"\n"
+    # The guard's answer to the `hook` op: what cbhook prints, as hex (breaker.protocol.HookReply).
+    deny = json.dumps({"hookSpecificOutput": {"permissionDecisionReason": "R-split"}}).encode().hex()
+    reply = b'{"id":1,"exit":0,"stdout":"%s","stderr":""}\n' % deny.encode()
     event = json.dumps({"event": "interrupt", "agent": "other", "reason": "x"}).encode() + b"\n"
     stray = json.dumps({"id": 7, "decision": "allow"}).encode() + b"\n"  # another request's reply
     server = one_shot_peer(tmp_path / "split.sock", event + stray + reply[:9], reply[9:30], reply[30:])

@@ -141,7 +141,9 @@ def test_a_result_without_agent_or_tool_is_recognised_but_not_reported(payload, 
 
 
 class Recorder:
-    """A socket of ours that records each frame and answers with the next scripted reply."""
+    """A socket of ours that records each frame and answers with the next scripted reply. cbhook's `hook` op
+    is answered `unknown_op`, as by a guard from before the op: cbhook then sends its requests one by one
+    (breaker/hookwire.py, the same code the guard runs for the op)."""
 
     def __init__(self, directory: Path, replies: list[dict[str, Any]]) -> None:
         directory.mkdir(mode=0o700)
@@ -168,6 +170,10 @@ class Recorder:
                         break
                     data += chunk
                 frame = json.loads(data)
+                if frame.get("op") == "hook":
+                    error = {"code": "unknown_op", "message": "unknown op 'hook'"}
+                    conn.sendall(json.dumps({"id": frame.get("id"), "error": error}).encode() + b"\n")
+                    continue
                 self.frames.append(frame)
                 reply = self.replies.pop(0) if self.replies else {"ok": True, "matched": False, "warning": ""}
                 conn.sendall(json.dumps({"id": frame.get("id"), **reply}).encode() + b"\n")

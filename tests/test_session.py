@@ -76,8 +76,25 @@ OPERATOR_REQUESTS = {
 
 def test_every_op_is_either_a_harness_op_or_tested_here_as_an_operator_op():
     harness_ops = {op for op, cls in OPS.items() if cls.plane == "harness"}
-    assert harness_ops == {"hello", "check", "result", "agent_end", "ping"}
+    # `hook`: cbhook's payload, read by the guard into the check, result or agent_end it would have sent itself
+    assert harness_ops == {"hello", "check", "result", "agent_end", "hook", "ping"}
     assert set(OPS) == harness_ops | set(OPERATOR_REQUESTS)
+
+
+def test_the_hook_op_asks_on_its_own_connection_what_cbhook_would_have_sent():
+    session = make()
+    ch = session.open("harness", UID, 7)
+    payload = {"session_id": "s", "permission_mode": "default", "hook_event_name": "PreToolUse"}
+    payload |= {"tool_name": "Bash", "tool_input": {"command": "ls"}, "tool_use_id": "t1"}
+    for rid in range(1, 8):
+        session.receive(ch, frame(op="hook", id=rid, payload=orjson.dumps(payload).decode()))
+    got = replies(session, ch)
+    assert [r["id"] for r in got] == list(range(1, 8)) and [r["exit"] for r in got] == [0] * 7
+    assert [r["stdout"] for r in got[:6]] == [""] * 6 and got[0]["stderr"] == ""
+    deny = orjson.loads(bytes.fromhex(got[6]["stdout"]))
+    assert deny["hookSpecificOutput"]["permissionDecision"] == "deny"
+    assert session.guard.agent_view("s").calls == 6 and "s" in ch.agents  # its interrupts come to this connection
+    assert session.meta["s"].harness == "claude-code"
 
 
 @pytest.mark.parametrize("op", sorted(OPERATOR_REQUESTS))

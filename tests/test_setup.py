@@ -9,6 +9,7 @@ import json
 import os
 import shutil
 import stat
+import subprocess
 import sys
 import tempfile
 import tomllib
@@ -23,10 +24,11 @@ from hypothesis import strategies as st
 from breaker.hook import plugin_dir
 from breaker.wiring import codex
 from breaker.wiring.dsh import HEADER
-from breaker.wiring.harnesses import HOOKS, find_cbhook, settings_snippet
+from breaker.wiring.harnesses import HOOKS, cbhook_command, find_cbhook, hook_file, settings_snippet
 from breaker.wiring.setup import main
 
 CBHOOK = find_cbhook()
+COMMAND = cbhook_command(hook_file())  # what setup writes: `<this python> -I -S …/breaker/cbhook.py`
 PLUGIN = os.path.join(plugin_dir(), "index.mjs")
 JSON_HARNESSES = ["claude-code", "codex", "gemini", "cursor"]
 FILES = {
@@ -110,7 +112,7 @@ def test_setup_keeps_every_byte_of_a_users_file_changes_nothing_when_run_again_a
         new = path.read_text()
         assert only_inserted(text, new)
         value = json.loads(new)
-        for event, groups in settings_snippet(harness, str(CBHOOK))["hooks"].items():
+        for event, groups in settings_snippet(harness, COMMAND)["hooks"].items():
             assert groups[0] in value["hooks"][event]  # ours, added to whatever the event already held
         assert {k: v for k, v in value.items() if k not in ("hooks", "model", "version")} == {
             k: v for k, v in json.loads(text).items() if k not in ("hooks", "model", "version")
@@ -143,8 +145,25 @@ def test_the_hooks_call_this_installations_cbhook_by_its_absolute_path(capsys, t
     setup(capsys, tmp_path, "claude-code", "--socket", "/run/g.sock", "--fail-closed")
     value = json.loads((tmp_path / FILES["claude-code"]).read_text())
     command = value["hooks"]["PreToolUse"][0]["hooks"][0]["command"]
-    assert command == f"{CBHOOK} --socket /run/g.sock --fail-closed"
+    assert command == f"{sys.executable} -I -S {hook_file()} --socket /run/g.sock --fail-closed"
     assert os.path.isabs(command.split()[0]) and os.access(command.split()[0], os.X_OK)
+
+
+def test_the_hook_command_setup_writes_runs_cbhook_without_the_console_script(capsys, tmp_path):
+    setup(capsys, tmp_path, "claude-code")
+    value = json.loads((tmp_path / FILES["claude-code"]).read_text())
+    command = value["hooks"]["PreToolUse"][0]["hooks"][0]["command"]
+    out = subprocess.run(command + " --help", shell=True, capture_output=True, text=True, cwd=tmp_path)
+    assert out.returncode == 0 and out.stdout.startswith("usage: cbhook"), out
+
+
+def test_given_a_cbhook_program_setup_writes_it_as_before(capsys, tmp_path):
+    setup(capsys, tmp_path, "claude-code", "--cbhook", str(CBHOOK))
+    value = json.loads((tmp_path / FILES["claude-code"]).read_text())
+    assert value["hooks"]["PreToolUse"][0]["hooks"][0]["command"] == str(CBHOOK)
+    setup(capsys, tmp_path, "claude-code")  # and back to the fast form, in place
+    value = json.loads((tmp_path / FILES["claude-code"]).read_text())
+    assert [g["hooks"][0]["command"] for g in value["hooks"]["PreToolUse"]] == [COMMAND]
 
 
 def test_a_hook_that_calls_another_cbhook_is_updated_in_place_and_a_second_one_is_taken_out(capsys, tmp_path):
@@ -170,7 +189,7 @@ def test_a_hook_that_calls_another_cbhook_is_updated_in_place_and_a_second_one_i
     # The first cbhook hook, where the user put it (matcher and timeout theirs), now calls this cbhook;
     # the second would count every call twice, so it went.
     assert groups == [
-        {"matcher": "Bash", "hooks": [{"type": "command", "command": "lint"}, {**old, "command": str(CBHOOK)}]}
+        {"matcher": "Bash", "hooks": [{"type": "command", "command": "lint"}, {**old, "command": COMMAND}]}
     ]
 
 

@@ -36,9 +36,12 @@ from breaker.wiring.harnesses import (
     NPM_PACKAGES,
     PROVEN,
     Places,
+    cbhook_command,
+    cbhook_of,
     find_cbhook,
     find_program,
-    program_of,
+    hook_file,
+    is_cbhook,
 )
 from breaker.wiring.jsontext import Document, JsonTextError
 from breaker.wiring.setup import Found, cbhook_entries
@@ -253,41 +256,9 @@ def check_hooks(
             )
         ]
     out: list[Check] = []
+    mine = hook_file()
     for settings, f in before:
-        program = program_of(f.command)
-        if not os.path.isabs(program):
-            out.append(
-                Check(
-                    f"{harness}.hook",
-                    harness,
-                    "fail",
-                    f"{settings.path}: the {f.event} hook runs `{program}` by name: {name} runs hooks with its own "
-                    "PATH, which may not hold your venv (then every call runs unchecked)",
-                    fix,
-                )
-            )
-        elif not (os.path.isfile(program) and os.access(program, os.X_OK)):
-            out.append(
-                Check(
-                    f"{harness}.hook",
-                    harness,
-                    "fail",
-                    f"{settings.path}: the {f.event} hook runs {program}, which does not exist (a removed venv?): "
-                    "the hook fails and every call runs unchecked",
-                    fix,
-                )
-            )
-        elif cbhook is not None and os.path.realpath(program) != os.path.realpath(cbhook):
-            out.append(
-                Check(
-                    f"{harness}.hook",
-                    harness,
-                    "fail",
-                    f"{settings.path}: the {f.event} hook runs {program}, another installation's cbhook, not this "
-                    f"one's ({cbhook})",
-                    fix,
-                )
-            )
+        out += _check_command(harness, settings.path, f, cbhook, mine, fix)
     for settings in files:
         events = [f.event for s, f in found if s is settings]
         doubled = sorted({e for e in events if events.count(e) > 1})
@@ -315,8 +286,45 @@ def check_hooks(
         )
     if not any(c.status == "fail" for c in out):
         paths = sorted({str(s.path) for s, _f in before})
-        out.insert(0, Check(f"{harness}.hook", harness, "ok", f"{name}'s hooks call {cbhook} ({', '.join(paths)})"))
+        called = sorted({cbhook_of(f.command)[0] for _s, f in before})
+        out.insert(
+            0, Check(f"{harness}.hook", harness, "ok", f"{name}'s hooks call {', '.join(called)} ({', '.join(paths)})")
+        )
     return out
+
+
+def _check_command(harness: str, where: Path, f: Found, cbhook: Path | None, mine: Path, fix: str) -> list[Check]:
+    """Whether one hook command runs this installation's cbhook, and in the fast form setup writes."""
+    program, python = cbhook_of(f.command)
+    runner = python if python is not None else program
+
+    def problem(status: str, what: str) -> list[Check]:
+        return [Check(f"{harness}.hook", harness, status, f"{where}: the {f.event} hook {what}", fix)]
+
+    if not os.path.isabs(runner):
+        return problem(
+            "fail",
+            f"runs `{runner}` by name: {NAMES[harness]} runs hooks with its own PATH, which may not hold your venv "
+            "(then every call runs unchecked)",
+        )
+    missing = next(
+        (p for p in (runner, program) if not (os.path.isfile(p) and (p != runner or os.access(p, os.X_OK)))), None
+    )
+    if missing is not None:
+        return problem(
+            "fail",
+            f"runs {missing}, which does not exist (a removed venv?): the hook fails and every call runs unchecked",
+        )
+    ours = mine if python is not None else cbhook
+    if ours is not None and os.path.realpath(program) != os.path.realpath(ours):
+        return problem("fail", f"runs {program}, another installation's cbhook, not this one's ({ours})")
+    if python is None:  # it works: the form setup wrote before the fast one
+        return problem(
+            "warn",
+            f"runs the cbhook program, whose wrapper costs each tool call about twice what cbhook itself does; setup "
+            f"now writes `{cbhook_command(mine)}` instead",
+        )
+    return []
 
 
 def _socket_of(command: str, default: Path) -> Path:
@@ -501,11 +509,7 @@ def check_codex_trust(
                 )
             ]
         return [Check("codex.trust", "codex", "ok", f"the cbhook hooks' trust is recorded in {config} ({listed})")]
-    mine = [
-        h
-        for h in listed
-        if isinstance(h.get("command"), str) and os.path.basename(program_of(h["command"])) == "cbhook"
-    ]
+    mine = [h for h in listed if is_cbhook(h.get("command"))]
     if not mine:
         return [
             Check(

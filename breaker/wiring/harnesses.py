@@ -21,16 +21,20 @@ from typing import Any
 __all__ = [
     "CHECK_EVENT",
     "EXTRA_SETTINGS",
+    "FAST_FLAGS",
     "HOOKS",
+    "HOOK_FILE",
     "NAMES",
     "NPM_PACKAGES",
     "PROVEN",
     "Hook",
     "Places",
     "cbhook_command",
+    "cbhook_of",
     "entry",
     "find_cbhook",
     "find_program",
+    "hook_file",
     "is_cbhook",
     "program_of",
     "resolve_name",
@@ -143,21 +147,51 @@ def settings_snippet(harness: str, command: str = "cbhook") -> dict[str, Any]:
 
 def program_of(command: str) -> str:
     """The program a hook command runs (its first word)."""
+    return _words(command)[0] if _words(command) else ""
+
+
+def _words(command: str) -> list[str]:
     try:
-        words = shlex.split(command)
+        return shlex.split(command)
     except ValueError:
-        words = command.split()
-    return words[0] if words else ""
+        return command.split()
+
+
+# The form `cbconsole setup` writes: `<python> -I -S <site-packages>/breaker/cbhook.py [options]`. The console
+# script `cbhook` is a wrapper Python starts with `site` and that imports `re`: more than cbhook's own work per
+# tool call (tests/bench/bench_hook.py). `-I` keeps the current directory and PYTHON* variables out, `-S` skips
+# `site`; breaker/cbhook.py puts back only the directory its package is in.
+HOOK_FILE = "cbhook.py"
+FAST_FLAGS = ("-I", "-S")
+
+
+def cbhook_of(command: str) -> tuple[str, str | None]:
+    """(the cbhook a hook command runs, the Python that runs it): a console script `…/cbhook` (None), or the
+    fast form's `…/breaker/cbhook.py` (its Python); ("", None) for a command that runs no cbhook."""
+    words = _words(command)
+    if words and os.path.basename(words[0]) == "cbhook":
+        return words[0], None
+    n = len(FAST_FLAGS)
+    if len(words) > n and tuple(words[1 : n + 1]) == FAST_FLAGS and os.path.basename(words[n + 1]) == HOOK_FILE:
+        return words[n + 1], words[0]
+    return "", None
 
 
 def is_cbhook(command: Any) -> bool:
-    """Whether a hook command runs a cbhook, ours or another installation's."""
-    return isinstance(command, str) and os.path.basename(program_of(command)) == "cbhook"
+    """Whether a hook command runs a cbhook, ours or another installation's, in either form."""
+    return isinstance(command, str) and cbhook_of(command)[0] != ""
+
+
+def hook_file() -> Path:
+    """This installation's breaker/cbhook.py: what the hook command `cbconsole setup` writes runs."""
+    import breaker
+
+    return Path(os.path.abspath(breaker.__file__)).parent / HOOK_FILE
 
 
 def find_cbhook() -> Path | None:
-    """This installation's `cbhook`: beside the Python running us (a venv's bin), else where pip put
-    the scripts, else the one on PATH. Absolute: harnesses run hooks without our venv on PATH."""
+    """This installation's `cbhook` console script: beside the Python running us (a venv's bin), else where pip
+    put the scripts, else the one on PATH. Absolute: harnesses run hooks without our venv on PATH."""
     candidates = [Path(sys.executable).with_name("cbhook")]
     scripts = sysconfig.get_path("scripts")
     if scripts:
@@ -171,9 +205,12 @@ def find_cbhook() -> Path | None:
     return None
 
 
-def cbhook_command(cbhook: Path, *, socket: str | None = None, fail_closed: bool = False) -> str:
-    """The hook command setup writes: the absolute cbhook, quoted for the shell the harness runs it in."""
-    words = [str(cbhook)]
+def cbhook_command(
+    cbhook: Path, *, socket: str | None = None, fail_closed: bool = False, python: str | None = None
+) -> str:
+    """The hook command setup writes, quoted for the shell the harness runs it in: for a breaker/cbhook.py,
+    `<python> -I -S <it>` (`python`: default the Python running us, absolute); else the absolute cbhook."""
+    words = [python or sys.executable, *FAST_FLAGS, str(cbhook)] if cbhook.name == HOOK_FILE else [str(cbhook)]
     if socket:
         words += ["--socket", socket]
     if fail_closed:

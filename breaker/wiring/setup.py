@@ -1,7 +1,8 @@
 """`cbconsole setup HARNESS`: write the hooks that call cbhook (dsh: the plugin's rows) into the harness's
 own settings, merged with what is there; `--remove` takes them out again.
 
-Our entry is recognised by its program, a `cbhook` (any path): running setup again changes nothing,
+Our entry is recognised by the cbhook it runs (any path): a `cbhook` program, or a breaker/cbhook.py run by
+`<python> -I -S` (the form setup writes, without the console script's wrapper): running setup again changes nothing,
 and a hook that calls another cbhook (an older venv) is updated in place, never added twice. Every
 other byte of the file stays. Before the first change a copy of the file is kept beside it
 (`<name>.cbconsole-backup`); `--remove` puts those exact bytes back only when the file is byte for byte
@@ -34,13 +35,14 @@ from breaker.wiring.files import (
 )
 from breaker.wiring.harnesses import (
     EXTRA_SETTINGS,
+    HOOK_FILE,
     HOOKS,
     NAMES,
     Hook,
     Places,
     cbhook_command,
     entry,
-    find_cbhook,
+    hook_file,
     is_cbhook,
     resolve_name,
 )
@@ -419,7 +421,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--profile", metavar="NAME", help="dsh: that profile's patch layer (default: $DSH_HOME's)")
     p.add_argument("--socket", metavar="PATH", help="the guard's socket, if not the default (written into the hook)")
     p.add_argument("--fail-closed", action="store_true", help="deny tool calls while the guard is unavailable")
-    p.add_argument("--cbhook", metavar="PATH", help="the cbhook to call (default: this installation's)")
+    p.add_argument(
+        "--cbhook",
+        metavar="PATH",
+        help="the cbhook to call: a `cbhook` program, or a breaker/cbhook.py to run with this Python (default: this "
+        "installation's breaker/cbhook.py, as `python -I -S`)",
+    )
     p.add_argument("--keep-loop-detector", action="store_true", help="gemini: leave Gemini CLI's own loop detector on")
     p.add_argument("--dry-run", action="store_true", help="print what would change; write nothing")
     p.add_argument("--remove", action="store_true", help="take cbconsole's entries out again")
@@ -445,15 +452,14 @@ def main(argv: list[str]) -> int:
         not args.profile or "/" in args.profile or "\\" in args.profile or args.profile in (".", "..", "node_modules")
     ):
         return fail(f"--profile {args.profile!r}: not a dsh profile name (dsh refuses it too)")
-    if args.cbhook:
+    if args.cbhook:  # a console script `cbhook`, or a breaker/cbhook.py (run by the Python running us)
         cbhook = Path(os.path.abspath(Path(args.cbhook).expanduser()))
-        if not (cbhook.is_file() and os.access(cbhook, os.X_OK)):
+        if cbhook.name == HOOK_FILE and not cbhook.is_file():
+            return fail(f"--cbhook {cbhook}: not a file")
+        if cbhook.name != HOOK_FILE and not (cbhook.is_file() and os.access(cbhook, os.X_OK)):
             return fail(f"--cbhook {cbhook}: not an executable file")
     else:
-        found = find_cbhook()
-        if found is None and harness != "dsh":
-            return fail("cannot find this installation's cbhook (is the package installed?); give --cbhook PATH")
-        cbhook = found or Path("cbhook")
+        cbhook = hook_file()  # `<python> -I -S …/breaker/cbhook.py`: no console-script wrapper, no `site`
     options = Options(
         harness,
         Places.of(args.home, args.project),
