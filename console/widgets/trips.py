@@ -63,9 +63,15 @@ class TripsTable(DataTable):
             self.remove_row(str(self._next - self.row_count))
         if follow:
             self.unseen = 0
-            self.call_after_refresh(self.scroll_end, animate=False)
+            self.call_after_refresh(self._to_newest)
         else:
             self.unseen += len(trips)
+
+    def _to_newest(self) -> None:
+        # Laid out: the newest row can be scrolled to, unless the user scrolled away since it came. At once:
+        # scroll_end's own deferral would scroll after a scroll the user made in between, and undo it.
+        if self._following:
+            self.scroll_end(animate=False, immediate=True)
 
     def watch_scroll_y(self, old: float, new: float) -> None:
         super().watch_scroll_y(old, new)
