@@ -74,10 +74,10 @@ class GuardCollector:
     def collect(self) -> Iterator[Metric]:
         view = self.view  # one read: the loop replaces the reference, never the object
         if view is None:
-            raise _Stale("the guard has not published its counts yet")
+            raise _StaleCounts("the guard has not published its counts yet")
         age = self.clock() - view.taken
         if age > STALE:
-            raise _Stale(f"the guard's event loop has not published its counts for {age:.0f} s")
+            raise _StaleCounts(f"the guard's event loop has not published its counts for {age:.0f} s")
         yield from _families(view)
 
 
@@ -179,7 +179,7 @@ def _families(view: MetricsView) -> Iterator[Metric]:
     )
 
 
-class _Stale(Exception):
+class _StaleCounts(Exception):
     pass
 
 
@@ -363,7 +363,7 @@ def _app(metrics: Callable[..., Iterable[bytes]]) -> Callable[..., Iterable[byte
             return [b"the guard serves its metrics at /metrics\n"]
         try:
             return metrics(environ, start_response)
-        except _Stale as exc:
+        except _StaleCounts as exc:
             start_response("503 Service Unavailable", [("Content-Type", "text/plain; charset=utf-8")])
             return [f"{exc}\n".encode()]
 

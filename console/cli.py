@@ -18,7 +18,7 @@ from breaker.paths import (
 )
 
 if TYPE_CHECKING:
-    from console.session import Member
+    from console.session import FleetMember
 
 
 def parser() -> argparse.ArgumentParser:
@@ -104,12 +104,12 @@ def _unknown_theme(name: str) -> str | None:
     )
 
 
-def _members(specs: list[str], socket_path: Path, operator_socket: Path | None) -> list[Member] | str:
+def _members(specs: list[str], socket_path: Path, operator_socket: Path | None) -> list[FleetMember] | str:
     """The guards `--attach [NAME=]PATH …` names, or why they are not right. `--attach` alone is the guard on
     `--socket` (or the default socket); NAME= is taken when the text before the first `=` has no `/`."""
-    from console.session import Member, operator_socket_for
+    from console.session import FleetMember, operator_socket_for
 
-    members: list[Member] = []
+    members: list[FleetMember] = []
     for spec in specs:
         name, sep, path = spec.partition("=")
         if not sep or "/" in name:
@@ -119,11 +119,11 @@ def _members(specs: list[str], socket_path: Path, operator_socket: Path | None) 
         if not path:
             if len(specs) > 1:
                 return "--attach without a PATH attaches to one guard only; give each guard its PATH"
-            members.append(Member(name, operator_socket or default_operator_socket_path(socket_path)))
+            members.append(FleetMember(name, operator_socket or default_operator_socket_path(socket_path)))
             continue
         if len(specs) > 1 and operator_socket is not None:
             return "--operator-socket names one guard's operator socket; with several --attach, give each its PATH"
-        members.append(Member(name.strip(), operator_socket or operator_socket_for(Path(path))))
+        members.append(FleetMember(name.strip(), operator_socket or operator_socket_for(Path(path))))
     sockets = [str(m.operator_socket) for m in members]
     if len(set(sockets)) < len(sockets):
         return f"--attach names the same guard twice: {sorted(s for s in sockets if sockets.count(s) > 1)[0]}"

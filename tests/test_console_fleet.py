@@ -17,7 +17,7 @@ from console.app import CBConsole
 from console.cli import _members
 from console.screens.config import ConfigScreen
 from console.screens.confirm import ConfirmScreen
-from console.session import FleetSession, Member, operator_socket_for
+from console.session import FleetMember, FleetSession, operator_socket_for
 from console.state import ConsoleState, agent_key
 from console.widgets.agents import AgentsTable
 from console.widgets.detail import AgentDetail
@@ -97,8 +97,8 @@ def test_attach_names_paths_and_refuses_what_cannot_be_right(tmp_path):
     sock = tmp_path / "run" / "guard.sock"
     members = _members(["build=/srv/a/guard.sock", "/home/me/fwd/operator.sock"], sock, None)
     assert members == [
-        Member("build", Path("/srv/a-operator/operator.sock")),
-        Member("", Path("/home/me/fwd/operator.sock")),
+        FleetMember("build", Path("/srv/a-operator/operator.sock")),
+        FleetMember("", Path("/home/me/fwd/operator.sock")),
     ]
     assert "the same guard twice" in _members(["/a/guard.sock", "x=/a/guard.sock"], sock, None)
     assert "name before '=' is empty" in _members(["=/a/guard.sock", "/b/guard.sock"], sock, None)
@@ -119,7 +119,7 @@ def test_several_attaches_refuse_one_operator_socket_for_all_on_the_command_line
 
 
 def fleet_app(*guards) -> CBConsole:
-    return CBConsole(FleetSession([Member("", g.operator) for g in guards]))
+    return CBConsole(FleetSession([FleetMember("", g.operator) for g in guards]))
 
 
 def key_of(app: CBConsole, guard: int, agent: str) -> str:

@@ -7,13 +7,13 @@ import random
 from dataclasses import replace
 
 from breaker.protocol import AgentRow, StateFrame
-from console.state import TREE_DEPTH, Agent, ConsoleState, ShownAgent, tree_order
+from console.state import TREE_DEPTH, ConsoleAgent, ConsoleState, ShownAgent, tree_order
 from console.widgets.agents import AgentsTable
 from tests.test_console_pilot import SIZE, app_for, loop
 from tests.waits import eventually_async
 
 
-def make(agent: str, parent: str | None = None, status: str = "ok", worst: int = 1) -> Agent:
+def make(agent: str, parent: str | None = None, status: str = "ok", worst: int = 1) -> ConsoleAgent:
     row = AgentRow(
         agent=agent,
         harness="pytest",
@@ -32,7 +32,7 @@ def make(agent: str, parent: str | None = None, status: str = "ok", worst: int =
         last_seen=None,
         interrupt_reason=None,
     )
-    return Agent(agent, row)
+    return ConsoleAgent(agent, row)
 
 
 def ids(rows: list[ShownAgent]) -> list[str]:

@@ -15,7 +15,7 @@ from textual.message import Message
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
-from console.state import Agent
+from console.state import ConsoleAgent
 from console.widgets.cells import age, clip, gauge, plain, ratio_color, sparkline, status_text
 
 __all__ = [
@@ -157,7 +157,7 @@ class AgentsTable(ScrollView, can_focus=True):
         self.cursor_row = 0
         self._shown: tuple[str, ...] = tuple(k for k, _l, _w in self.COLUMNS if fleet or k != "guard")  # in order
         self._order: Sequence[str] = ()
-        self._agents: Mapping[str, Agent] = {}
+        self._agents: Mapping[str, ConsoleAgent] = {}
         self._tree: Mapping[str, tuple[str, bool]] = {}  # each tree row's glyphs and context flag (see ShownAgent)
         self._marked: set[str] = set()
         self._guards: Sequence[tuple[str, bool]] = ()  # each guard's label, and whether it is reachable
@@ -226,7 +226,7 @@ class AgentsTable(ScrollView, can_focus=True):
 
     def render_row(
         self,
-        agent: Agent,
+        agent: ConsoleAgent,
         now: float,
         marked: bool,
         colors: Mapping[str, str],
@@ -269,7 +269,7 @@ class AgentsTable(ScrollView, can_focus=True):
     def reconcile(
         self,
         order: Sequence[str],
-        agents: Mapping[str, Agent],
+        agents: Mapping[str, ConsoleAgent],
         now: float,
         marked: set[str],
         colors: Mapping[str, str],
