@@ -365,7 +365,7 @@ class ReplayGuard(GuardSession):
 
     def _feed(self) -> Feeder:
         command = [*self.paths, "--feed", "--socket", str(self.socket_path), "--speed", str(self.speed)]
-        return Feeder("breaker.replay", command, name="replay", says_when_done=True)
+        return Feeder("breaker.replaycli", command, name="replay", says_when_done=True)
 
 
 class DemoGuard(GuardSession):

@@ -13,8 +13,7 @@ from pathlib import Path
 import pytest
 
 from breaker.protocol import AgentRow, KeyRow, StateFrame, TripRow
-from console.app import CBConsole
-from console.cli import _members
+from console.app import CBConsole, _members
 from console.screens.config import ConfigScreen
 from console.screens.confirm import ConfirmScreen
 from console.session import FleetMember, FleetSession, operator_socket_for
@@ -108,7 +107,7 @@ def test_attach_names_paths_and_refuses_what_cannot_be_right(tmp_path):
 
 def test_several_attaches_refuse_one_operator_socket_for_all_on_the_command_line(tmp_path):
     out = subprocess.run(
-        [sys.executable, "-m", "console.cli", "--attach", "/a/guard.sock", "--attach", "/b/guard.sock",
+        [sys.executable, "-m", "breaker.cli", "--attach", "/a/guard.sock", "--attach", "/b/guard.sock",
          "--operator-socket", str(tmp_path / "o.sock")],
         cwd=ROOT, capture_output=True, text=True, timeout=60,
     )  # fmt: skip
@@ -214,7 +213,7 @@ def test_the_command_with_two_attaches_shows_both_guards_in_a_real_terminal(guar
     loop(a, "alpha-agent", 1)
     loop(b, "beta-agent", 7)
     command = (
-        f"{sys.executable} -m console.cli --attach first={a.socket} --attach second={b.operator} --readonly; sleep 30"
+        f"{sys.executable} -m breaker.cli --attach first={a.socket} --attach second={b.operator} --readonly; sleep 30"
     )
     tmux.start(f"cd {ROOT} && {command}", width=160, height=40)
     shown = ("beta-agent", "alpha-agent", "2 guards", "first attached", "second attached")

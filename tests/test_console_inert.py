@@ -293,7 +293,7 @@ def terminal() -> Iterator[Tmux]:
 @pytest.mark.needs("tmux")
 def test_a_hostile_agent_id_neither_retitles_nor_clears_a_real_terminal(terminal, guard):
     title = "cbtest-title"
-    console = f"{shlex.quote(sys.executable)} -m console.cli --attach --socket {shlex.quote(str(guard.socket))}"
+    console = f"{shlex.quote(sys.executable)} -m breaker.cli --attach --socket {shlex.quote(str(guard.socket))}"
     terminal.start(f"cd {ROOT} && printf '\\033]2;{title}\\033\\\\' && env -u COLUMNS -u LINES {console}")
     terminal.run("set-option", "-t", "main", "allow-rename", "on")
     terminal.wait_for("guard attached", timeout=60)

@@ -14,7 +14,7 @@ from breaker.patch import PatchError
 from breaker.wiring import dsh
 from breaker.wiring.dsh import ParsedLayer
 from breaker.wiring.files import Change, SetupError, backup_path, decode, read, read_backup
-from breaker.wiring.setup import Options, Plan
+from breaker.wiring.options import Options, Plan
 
 __all__ = ["plan_dsh"]
 
