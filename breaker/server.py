@@ -216,19 +216,6 @@ class GuardServer:
         self._stopping: asyncio.Future[None] | None = None
         self._started = False
 
-    @property
-    def interrupt_timeout(self) -> float:
-        return self.commands.timeout
-
-    @interrupt_timeout.setter
-    def interrupt_timeout(self, seconds: float) -> None:
-        self.commands.timeout = seconds
-
-    @property
-    def commands_in_flight(self) -> int:
-        """Interrupt commands waiting or running."""
-        return self.commands.in_flight
-
     # -- lifecycle ----------------------------------------------------------------------------
 
     async def start(self) -> None:

@@ -559,10 +559,6 @@ class ConsoleState:
     def checks_per_s(self) -> float:
         return sum(view.checks_per_s for view in self.guards)
 
-    @checks_per_s.setter
-    def checks_per_s(self, value: float) -> None:
-        self.guards[0].checks_per_s = value  # what a test's frozen clock cannot sample
-
     def activity_of_all(self) -> Activity:
         """Checks and denies per second of every guard together."""
         return self.guards[0].activity if not self.fleet else Activity.summed([v.activity for v in self.guards])

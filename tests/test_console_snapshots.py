@@ -444,7 +444,7 @@ def inject(app: CBConsole, frame_: dict[str, Any], rates: dict[str, list[int]] |
             app.state.agents[name].rate = deque(values, maxlen=RATE_SLOTS)
     for name in marked:
         app.state.toggle_mark(name)
-    app.state.checks_per_s = 47.0
+    app.state.guards[0].checks_per_s = 47.0  # what the frozen clock cannot sample
     app.state.changed()
     app.main.flush()
 

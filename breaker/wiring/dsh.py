@@ -26,7 +26,6 @@ __all__ = [
     "HMR_ROW",
     "ParsedLayer",
     "Profiles",
-    "is_plugin_name",
     "only_header",
     "read_layer_file",
     "read_profiles",
@@ -35,16 +34,6 @@ __all__ = [
 BUNDLE = "cbconsole-circuit-breaker"  # the plugin's package name, as `dsh plugin add` installs it
 HMR_ROW: dict[str, Any] = {"id": "hmr", "disabled": False, "config": {"root": []}}
 HEADER = "# cordis patch layer (dsh): rows here apply after the bundles'. Written by `cbconsole setup dsh`.\n"
-
-
-def is_plugin_name(name: Any) -> bool:
-    """Whether a row's `name` loads cbconsole's plugin: the bundle, or a path to the plugin's directory or file."""
-    if not isinstance(name, str):
-        return False
-    if name == BUNDLE:
-        return True
-    parts = Path(name).parts
-    return "dsh_plugin" in parts[-2:] or parts[-1:] == ("dsh_plugin",)
 
 
 def _pairs(node: Node) -> dict[str, Node]:

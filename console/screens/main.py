@@ -52,11 +52,6 @@ KEYS_PER_S = 2.0
 KEYS_BURST = 3.0
 
 
-def _op(method: Callable[..., Awaitable[T]], *args: Any) -> Callable[[GuardLink], Awaitable[T]]:
-    """One of GuardLink's ops with its arguments bound, for `ask_guard` (one per agent, in a loop)."""
-    return lambda link: method(link, *args)
-
-
 class MainScreen(Screen[None]):
     """One screen over the console's state. State frames land in `ConsoleState` as they come; this
     screen draws from it at FLUSH_HZ, only when it changed, never while frozen or under a dialog."""
