@@ -30,6 +30,7 @@ from breaker import __version__
 from breaker.config import metrics_address
 from breaker.protocol import PROTOCOL_VERSION
 from breaker.tally import BUCKETS, DECISIONS, TallyCopy
+from breaker.vocab import Plane
 
 __all__ = ["STALE", "GuardCollector", "MetricsError", "MetricsServer", "MetricsView"]
 
@@ -53,7 +54,7 @@ class MetricsView:
     tally: TallyCopy
     agents: int
     interrupted: int
-    connections: tuple[tuple[str, int], ...]  # (plane, open connections)
+    connections: tuple[tuple[Plane, int], ...]  # (plane, open connections)
     paused: bool
     enabled: bool  # the config's `enabled`, and the row not `disabled`
     reloads_ok: int

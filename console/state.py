@@ -11,10 +11,11 @@ from bisect import insort
 from collections import deque
 from collections.abc import Callable, Collection, Iterable, Set
 from dataclasses import dataclass, field, replace
-from typing import Any, NamedTuple
+from typing import Any, Literal, NamedTuple
 
 from breaker.config import KEYS, Config, ConfigError
 from breaker.protocol import AgentRow, ConfigFrame, GuardStats, KeyRow, StateFrame, TripRow
+from breaker.vocab import Status
 
 RATE_SLOTS = 12  # sparkline history: one slot per RATE_PERIOD seconds
 RATE_PERIOD = 1.0
@@ -22,7 +23,19 @@ MAX_TRIPS = 1000
 ACTIVITY_SECONDS = 300  # the activity chart's span: one slot per second
 # Most dangerous first: a loop caught (any rule, and a deny kind this console does not know: a newer
 # guard's), a budget spent, the operator's stop, a warning; then ok.
-_STATUS_RANK = {"duplicate": 0, "repeat": 0, "cycle": 0, "stall": 0, "cap": 1, "interrupted": 2, "warned": 3, "ok": 4}
+_STATUS_RANK: dict[Status, int] = {
+    "duplicate": 0,
+    "repeat": 0,
+    "cycle": 0,
+    "stall": 0,
+    "cap": 1,
+    "interrupted": 2,
+    "warned": 3,
+    "ok": 4,
+}
+GuardStatus = Literal["starting", "running", "restarting", "attached", "unreachable", "stopped"]
+"""A guard's status in the console: being started or reached, running (the console's own child), restarting, attached
+(one it did not start), unreachable (the link is lost; reconnecting), stopped (it kept dying)."""
 TREE_DEPTH = 3  # indent levels the tree shows; a deeper subagent is drawn at this level, its connector `…`
 
 
@@ -175,7 +188,7 @@ class ConsoleGuard:
         self.settings: Config | None = None  # its values, decoded; None until the guard sent them
         self.settings_error = ""  # why the guard's values do not decode here (a guard of another version)
         self.checks_per_s = 0.0
-        self.status = "starting"  # starting, running, restarting, attached, unreachable, stopped
+        self.status: GuardStatus = "starting"
         self.note = ""
         self.top_keys: list[KeyRow] = []  # with several guards: each `agent` is the agent's key
         self.activity = Activity()  # checks and denies per second, for the activity chart
@@ -356,7 +369,7 @@ class ConsoleState:
                     view.checks_per_s = max(0, checks - view.sample_checks) / max(elapsed, 1e-6)
                 view.sample_checks = checks
 
-    def set_guard_status(self, status: str, note: str = "", guard: int = 0) -> None:
+    def set_guard_status(self, status: GuardStatus, note: str = "", guard: int = 0) -> None:
         view = self.guards[guard]
         if (status, note) != (view.status, view.note):
             view.status, view.note = status, note
@@ -529,7 +542,7 @@ class ConsoleState:
         return self.guards[0].settings_error
 
     @property
-    def guard_status(self) -> str:
+    def guard_status(self) -> GuardStatus:
         return self.guards[0].status
 
     @property

@@ -101,3 +101,18 @@ def test_the_cycle_finder_finds_a_cycle_through_a_third_module():
     graph.add_import(importer="a.three", imported="a.one")
     graph.add_import(importer="a.alone", imported="a.one")
     assert cycles(graph) == [["a.one", "a.three", "a.two"]]
+
+
+def test_the_vocabularys_words_are_the_ones_the_code_says():
+    """breaker.vocab's Literal types name the same sets as the code that makes the words (a new rule, plane or
+    decision is added in both, or this fails)."""
+    from typing import get_args
+
+    from breaker import vocab
+    from breaker.engine import DENY_KINDS
+    from breaker.protocol import HARNESS, OPERATOR, OPS
+    from breaker.tally import DECISIONS
+
+    assert set(get_args(vocab.Status)) == {"ok", "warned", *DENY_KINDS}
+    assert set(get_args(vocab.Plane)) == {HARNESS, OPERATOR} == {cls.plane for cls in OPS.values()}
+    assert set(get_args(vocab.CallDecision)) == set(DECISIONS)

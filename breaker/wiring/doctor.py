@@ -27,6 +27,7 @@ from typing import Any
 
 from breaker.patch import PatchError
 from breaker.paths import FileProblem, check_socket, default_socket_path, read_regular
+from breaker.vocab import FindingStatus
 from breaker.wiring import codex, dsh
 from breaker.wiring.files import MAX_BYTES, SetupError, decode, read
 from breaker.wiring.harnesses import (
@@ -59,7 +60,7 @@ class Finding:
 
     check: str
     harness: str | None
-    status: str
+    status: FindingStatus
     message: str
     fix: str = ""
 
@@ -331,7 +332,7 @@ def _check_command(harness: str, where: Path, f: Found, cbhook: Path | None, min
     program, python = cbhook_of(f.command)
     runner = python if python is not None else program
 
-    def problem(status: str, what: str) -> list[Finding]:
+    def problem(status: FindingStatus, what: str) -> list[Finding]:
         return [
             Finding(
                 check=f"{harness}.hook",
