@@ -9,7 +9,7 @@ from collections.abc import Sequence
 
 __all__ = ["main"]
 
-CONSOLE = "console.app"  # the console's own command: `main(argv)`
+CONSOLE = "console.command"  # the console's own flags and `main(argv)`; it imports the app (Textual) itself
 
 
 def main(argv: Sequence[str] | None = None) -> int:

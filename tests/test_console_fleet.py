@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from breaker.protocol import AgentRow, KeyRow, StateFrame, TripRow
-from console.app import CBConsole, _members
+from console.app import CBConsole
+from console.command import _members
 from console.screens.config import ConfigScreen
 from console.screens.confirm import ConfirmScreen
 from console.session import FleetMember, FleetSession, operator_socket_for

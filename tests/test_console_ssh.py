@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from console.app import CBConsole, _members
+from console.app import CBConsole
+from console.command import _members
 from console.screens.confirm import ConfirmScreen
 from console.session import FleetSession
 from console.state import agent_key
