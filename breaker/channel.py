@@ -6,6 +6,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from breaker.protocol import HARNESS, TripRow
+from breaker.vocab import Plane
 from breaker.wire import FrameBuffer
 
 __all__ = ["MAX_TRIPS_BEHIND", "WRITE_HIGH", "AgentMeta", "Channel", "Slot", "Subscription", "drop_meta"]
@@ -48,7 +49,7 @@ class Channel:
         "urgent",
     )
 
-    def __init__(self, plane: str, peer_pid: int | None, max_frame: int) -> None:
+    def __init__(self, plane: Plane, peer_pid: int | None, max_frame: int) -> None:
         self.plane = plane
         self.peer_pid = peer_pid
         self.buf = FrameBuffer(max_frame)

@@ -40,7 +40,9 @@ def fill_command(template: tuple[str, ...] | list[str], agent: str, reason: str)
 
 
 class InterruptCommands:
-    """The queue and the running commands. `dropped` counts commands the queue had no room for."""
+    """The queue and the running commands (a guard's are `GuardServer.commands`). `timeout`: the seconds a command
+    may run before its process group is killed (read when each starts); `in_flight`: commands waiting or running;
+    `dropped`: commands the queue had no room for."""
 
     def __init__(self, timeout: float = TIMEOUT) -> None:
         self.timeout = timeout

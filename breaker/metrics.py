@@ -30,6 +30,7 @@ from breaker import __version__
 from breaker.config import metrics_address
 from breaker.protocol import PROTOCOL_VERSION
 from breaker.tally import BUCKETS, DECISIONS, TallyCopy
+from breaker.vocab import Plane
 
 __all__ = ["STALE", "GuardCollector", "MetricsError", "MetricsServer", "MetricsView"]
 
@@ -53,7 +54,7 @@ class MetricsView:
     tally: TallyCopy
     agents: int
     interrupted: int
-    connections: tuple[tuple[str, int], ...]  # (plane, open connections)
+    connections: tuple[tuple[Plane, int], ...]  # (plane, open connections)
     paused: bool
     enabled: bool  # the config's `enabled`, and the row not `disabled`
     reloads_ok: int
@@ -74,10 +75,10 @@ class GuardCollector:
     def collect(self) -> Iterator[Metric]:
         view = self.view  # one read: the loop replaces the reference, never the object
         if view is None:
-            raise _Stale("the guard has not published its counts yet")
+            raise _StaleCounts("the guard has not published its counts yet")
         age = self.clock() - view.taken
         if age > STALE:
-            raise _Stale(f"the guard's event loop has not published its counts for {age:.0f} s")
+            raise _StaleCounts(f"the guard's event loop has not published its counts for {age:.0f} s")
         yield from _families(view)
 
 
@@ -179,7 +180,7 @@ def _families(view: MetricsView) -> Iterator[Metric]:
     )
 
 
-class _Stale(Exception):
+class _StaleCounts(Exception):
     pass
 
 
@@ -363,7 +364,7 @@ def _app(metrics: Callable[..., Iterable[bytes]]) -> Callable[..., Iterable[byte
             return [b"the guard serves its metrics at /metrics\n"]
         try:
             return metrics(environ, start_response)
-        except _Stale as exc:
+        except _StaleCounts as exc:
             start_response("503 Service Unavailable", [("Content-Type", "text/plain; charset=utf-8")])
             return [f"{exc}\n".encode()]
 

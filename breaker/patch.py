@@ -27,6 +27,7 @@ from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 from breaker.config import Config, ConfigError, Problem, describe_value
 from breaker.paths import FileProblem, TempFileError, read_regular, write_atomic
+from breaker.vocab import LayerOrigin
 
 __all__ = [
     "MAX_DEPTH",
@@ -422,7 +423,7 @@ class Layer:
     """One patch file in dsh's order: "bundle", "profile", "home" or "patch" (an explicit --patch)."""
 
     path: Path
-    origin: str
+    origin: LayerOrigin
 
     def __str__(self) -> str:
         return f"{self.origin} layer {self.path}"

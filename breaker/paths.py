@@ -364,7 +364,7 @@ def python_child(module: str, environ: Mapping[str, str] | None = None) -> tuple
     The child never imports code from the directory it runs in, which may be an agent's workspace holding an
     `orjson.py` the agent wrote: `-P` keeps the current directory off `sys.path`, and PYTHONPATH loses its
     empty entries (each means the current directory) and its relative ones. If this process found `module`'s
-    package only that way (`python -m console.cli` in a source tree), the child is given the package's
+    package only that way (`python -m breaker.cli` in a source tree), the child is given the package's
     directory by its absolute path instead, so it runs the same code as its parent."""
     env = dict(os.environ if environ is None else environ)
     entries = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p and os.path.isabs(p)]

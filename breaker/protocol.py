@@ -18,6 +18,7 @@ from typing import Any, ClassVar
 import orjson
 
 from breaker.config import AGENT_LIMITS, BY_KEY
+from breaker.vocab import Plane
 from breaker.wire import HOOK_BRACKETS_MAX, HOOK_PAYLOAD_MAX, MAX_FRAME, PROTOCOL_VERSION, FrameBuffer
 
 __all__ = [
@@ -56,8 +57,8 @@ __all__ = [
 
 MAX_TEXT = 4096  # agent ids, tool names, reasons: generous for real ids, fatal to nobody
 MAX_DIGEST = 128  # a result's digest: a hash in hex or base64 fits many times over
-HARNESS = "harness"  # the plane harnesses use: hello, check, result, agent_end, ping
-OPERATOR = "operator"  # the operator's plane: everything, including what changes the guard
+HARNESS: Plane = "harness"  # the plane harnesses use: hello, check, result, agent_end, ping
+OPERATOR: Plane = "operator"  # the operator's plane: everything, including what changes the guard
 
 # Every error code, what it means, and whether the server closes the connection after it.
 ERROR_CODES: dict[str, tuple[str, bool]] = {
@@ -165,7 +166,7 @@ class Request:
     """A request frame: `op` names it, `id` (any JSON value) is echoed in its reply."""
 
     op: ClassVar[str] = ""
-    plane: ClassVar[str] = OPERATOR  # the least plane that may send it
+    plane: ClassVar[Plane] = OPERATOR  # the least plane that may send it
     # (name, accepted types, default or _REQUIRED), in the order they are documented
     SPEC: ClassVar[tuple[tuple[str, tuple[type, ...], Any], ...]] = ()
     # the fields of its reply besides `id` (PROTOCOL.md documents them; tests hold the session to them)
@@ -193,7 +194,7 @@ class Request:
 @dataclass(slots=True)
 class Hello(Request):
     op: ClassVar[str] = "hello"
-    plane: ClassVar[str] = HARNESS
+    plane: ClassVar[Plane] = HARNESS
     REPLY: ClassVar = ("server", "version", "protocol", "pid", "plane", "max_frame")
     SPEC: ClassVar = (
         ("harness", _STR, ""),
@@ -216,7 +217,7 @@ class Check(Request):
     the guard allows and counts the call, matching nothing."""
 
     op: ClassVar[str] = "check"
-    plane: ClassVar[str] = HARNESS
+    plane: ClassVar[Plane] = HARNESS
     # an allow has `decision` only, or with a warning `decision`, `warning`, `rule`, `count`, `limit`
     REPLY: ClassVar = ("decision", "kind", "reason", "count", "limit", "warning", "rule")
     SPEC: ClassVar = (
@@ -268,7 +269,7 @@ class Result(Request):
     and `args` (its latest such call)."""
 
     op: ClassVar[str] = "result"
-    plane: ClassVar[str] = HARNESS
+    plane: ClassVar[Plane] = HARNESS
     REPLY: ClassVar = ("ok", "matched", "warning")
     SPEC: ClassVar = (
         ("agent", _STR, _REQUIRED),
@@ -304,7 +305,7 @@ class Result(Request):
 @dataclass(slots=True)
 class AgentEnd(Request):
     op: ClassVar[str] = "agent_end"
-    plane: ClassVar[str] = HARNESS
+    plane: ClassVar[Plane] = HARNESS
     REPLY: ClassVar = ("ok", "known")
     SPEC: ClassVar = (("agent", _STR, _REQUIRED),)
     agent: str = ""
@@ -316,7 +317,7 @@ class HookCall(Request):
     (breaker/hookwire.py), asks its own check, result or agent_end, and answers with what cbhook prints."""
 
     op: ClassVar[str] = "hook"
-    plane: ClassVar[str] = HARNESS
+    plane: ClassVar[Plane] = HARNESS
     REPLY: ClassVar = ("exit", "stdout", "stderr")
     SPEC: ClassVar = (("payload", _STR, _REQUIRED), ("harness", _OPT_STR, None), ("fail_closed", (bool,), False))
 
@@ -350,7 +351,7 @@ HOOK_HARNESSES = ("claude-code", "codex", "gemini-cli", "cursor", "dsh")  # brea
 @dataclass(slots=True)
 class Ping(Request):
     op: ClassVar[str] = "ping"
-    plane: ClassVar[str] = HARNESS
+    plane: ClassVar[Plane] = HARNESS
     REPLY: ClassVar = ("pong",)
 
 

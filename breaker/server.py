@@ -41,6 +41,7 @@ from breaker.protocol import HARNESS, MAX_FRAME, OPERATOR, PROTOCOL_VERSION, Con
 from breaker.reload import ConfigWatcher, config_frame, write_changes
 from breaker.session import ServerSession
 from breaker.store import StateLocked, StateStore
+from breaker.vocab import Plane
 
 if TYPE_CHECKING:  # imported only once the metrics are switched on
     from breaker.metrics import MetricsView
@@ -53,7 +54,7 @@ log = logging.getLogger("cbconsole.guard")
 class _Conn(asyncio.Protocol):
     """One connection: bytes to the session, its output back to the socket."""
 
-    def __init__(self, server: GuardServer, plane: str) -> None:
+    def __init__(self, server: GuardServer, plane: Plane) -> None:
         self.server = server
         self.plane = plane
         self.transport: asyncio.Transport | None = None
@@ -216,19 +217,6 @@ class GuardServer:
         self._stopping: asyncio.Future[None] | None = None
         self._started = False
 
-    @property
-    def interrupt_timeout(self) -> float:
-        return self.commands.timeout
-
-    @interrupt_timeout.setter
-    def interrupt_timeout(self, seconds: float) -> None:
-        self.commands.timeout = seconds
-
-    @property
-    def commands_in_flight(self) -> int:
-        """Interrupt commands waiting or running."""
-        return self.commands.in_flight
-
     # -- lifecycle ----------------------------------------------------------------------------
 
     async def start(self) -> None:
@@ -283,7 +271,7 @@ class GuardServer:
             PROTOCOL_VERSION,
         )
 
-    def _factory(self, plane: str) -> Callable[[], _Conn]:
+    def _factory(self, plane: Plane) -> Callable[[], _Conn]:
         return lambda: _Conn(self, plane)
 
     async def serve_forever(self) -> None:
@@ -448,7 +436,7 @@ class GuardServer:
         from breaker.metrics import MetricsView
 
         session, guard = self.session, self.guard
-        planes: dict[str, int] = {HARNESS: 0, OPERATOR: 0}
+        planes: dict[Plane, int] = {HARNESS: 0, OPERATOR: 0}
         for ch in session.channels:
             planes[ch.plane] = planes.get(ch.plane, 0) + 1
         loaded = self.watcher.current if self.watcher is not None else None

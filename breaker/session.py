@@ -72,6 +72,7 @@ from breaker.protocol import (
 )
 from breaker.stats import StatsBoard
 from breaker.tally import ALLOW, DENY, PASS, WARN, Tally
+from breaker.vocab import CallDecision, Plane
 
 __all__ = ["BATCH", "POOL", "PRIVATE_BUFFER", "TURN_BYTES", "Handler", "KeyedHandler", "ServerSession"]
 
@@ -180,7 +181,7 @@ class ServerSession:
 
     # -- connections -------------------------------------------------------------------------------------------------
 
-    def open(self, plane: str, peer_uid: int | None, peer_pid: int | None) -> Channel:
+    def open(self, plane: Plane, peer_uid: int | None, peer_pid: int | None) -> Channel:
         """A new connection on `plane`. A peer the kernel says is another user is refused (its
         channel starts closing with a `forbidden` error); where the platform cannot say (uid None),
         the socket's private directory is the only gate."""
@@ -449,7 +450,7 @@ class ServerSession:
 
     def _export(
         self,
-        decision: str,
+        decision: CallDecision,
         rule: str,
         agent: str,
         meta: AgentMeta,

@@ -47,7 +47,7 @@ __all__ = [
     "MAX_STATE_BYTES",
     "AgentRecord",
     "GuardRecord",
-    "Loaded",
+    "SavedState",
     "StateLocked",
     "StateStore",
     "default_state_path",
@@ -109,7 +109,7 @@ class GuardRecord:
 
 
 @dataclass(slots=True)
-class Loaded:
+class SavedState:
     """What a state file held, and what the guard should be told about it."""
 
     agents: list[AgentRecord] = field(default_factory=list)  # least recently saved first
@@ -396,26 +396,26 @@ def read_hash_seed(path: Path) -> int | None:
     return None
 
 
-def load(path: Path, max_bytes: int = MAX_STATE_BYTES) -> tuple[Loaded, int]:
+def load(path: Path, max_bytes: int = MAX_STATE_BYTES) -> tuple[SavedState, int]:
     """Read a state file. Returns what it holds and the byte length of its whole records (a torn
     tail past it is to be cut). Never raises for bad content: `problem` says why it was not used."""
     try:
         fd = _open_state(path, os.O_RDONLY, max_bytes)
         if fd is None:
-            return Loaded(), 0
+            return SavedState(), 0
         try:
             data = _read(fd)
         finally:
             os.close(fd)
     except _Unusable as exc:
-        return Loaded(problem=f"the state file {path} {exc}"), 0
+        return SavedState(problem=f"the state file {path} {exc}"), 0
     except OSError as exc:
-        return Loaded(problem=f"cannot read the state file {path}: {exc.strerror or exc}"), 0
+        return SavedState(problem=f"cannot read the state file {path}: {exc.strerror or exc}"), 0
     return _parse(data, path)
 
 
-def _parse(data: bytes, path: Path) -> tuple[Loaded, int]:
-    out = Loaded()
+def _parse(data: bytes, path: Path) -> tuple[SavedState, int]:
+    out = SavedState()
     agents: dict[str, AgentRecord | None] = {}
     good = 0
     first = True
@@ -492,7 +492,7 @@ class StateStore:
 
     # -- start ----------------------------------------------------------------------------------
 
-    def open(self) -> Loaded:
+    def open(self) -> SavedState:
         """Take the file's lock, read the file (setting an unusable one aside), cut a torn tail, start the
         writer. Raises StateLocked if another guard holds the lock; never raises for what the file holds.
         An unusable directory leaves the store off with `error` saying why."""
@@ -542,13 +542,13 @@ class StateStore:
             os.close(self._lock_fd)  # closing lets the flock go
             self._lock_fd = None
 
-    def _load(self) -> Loaded:
+    def _load(self) -> SavedState:
         """Read the file through the descriptor the writer will append to; set aside what cannot be used."""
         for stale in self.path.parent.glob(f".{self.path.name}.*.tmp"):
             with contextlib.suppress(OSError):
                 stale.unlink()  # a compaction a crash interrupted
         fd: int | None = None
-        loaded, good = Loaded(), 0
+        loaded, good = SavedState(), 0
         try:
             fd = _open_state(self.path, os.O_RDWR, self.max_bytes)
         except _Unusable as exc:

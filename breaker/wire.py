@@ -96,10 +96,3 @@ class FrameBuffer:
             return False
         self._scanned = nl  # bytes before the newline hold none
         return True
-
-    def take_all(self) -> bytes:
-        """Whatever is buffered (a final frame without its newline, at end of stream)."""
-        data = bytes(self._buf)
-        self._buf.clear()
-        self._scanned = 0
-        return data

@@ -18,7 +18,7 @@ import orjson
 from breaker import __version__
 from breaker.paths import write_atomic
 from console.inert import inert_json
-from console.state import ConsoleState, GuardView
+from console.state import ConsoleGuard, ConsoleState
 
 __all__ = ["SavedReport", "report_json", "reports_dir", "save_report"]
 
@@ -63,7 +63,7 @@ def report_json(state: ConsoleState, saved_at: datetime, selected: str | None = 
     }
 
 
-def _guard_json(view: GuardView) -> dict[str, Any]:
+def _guard_json(view: ConsoleGuard) -> dict[str, Any]:
     stats = view.stats
     return {
         "label": view.label,

@@ -31,10 +31,10 @@ __all__ = [
     "AttachedGuard",
     "DemoGuard",
     "Feeder",
+    "FleetMember",
     "FleetSession",
     "GuardOptions",
     "GuardSession",
-    "Member",
     "OnQuit",
     "OwnGuard",
     "ReplayGuard",
@@ -236,7 +236,7 @@ class AttachedGuard(GuardSession):
 
 
 @dataclass(frozen=True)
-class Member:
+class FleetMember:
     """One guard of a console over several: the operator's name for it ("" = its host) and its operator socket."""
 
     name: str
@@ -255,7 +255,7 @@ class FleetSession(GuardSession):
     guard's frames land in the console's state under its number; its link says when it goes and comes back.
     Never started, never stopped."""
 
-    def __init__(self, members: list[Member]) -> None:
+    def __init__(self, members: list[FleetMember]) -> None:
         super().__init__()
         self.members = list(members)
         self.links: list[GuardLink] = []
@@ -365,7 +365,7 @@ class ReplayGuard(GuardSession):
 
     def _feed(self) -> Feeder:
         command = [*self.paths, "--feed", "--socket", str(self.socket_path), "--speed", str(self.speed)]
-        return Feeder("breaker.replay", command, name="replay", says_when_done=True)
+        return Feeder("breaker.replaycli", command, name="replay", says_when_done=True)
 
 
 class DemoGuard(GuardSession):

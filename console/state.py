@@ -11,10 +11,11 @@ from bisect import insort
 from collections import deque
 from collections.abc import Callable, Collection, Iterable, Set
 from dataclasses import dataclass, field, replace
-from typing import Any, NamedTuple
+from typing import Any, Literal, NamedTuple
 
 from breaker.config import KEYS, Config, ConfigError
 from breaker.protocol import AgentRow, ConfigFrame, GuardStats, KeyRow, StateFrame, TripRow
+from breaker.vocab import Status
 
 RATE_SLOTS = 12  # sparkline history: one slot per RATE_PERIOD seconds
 RATE_PERIOD = 1.0
@@ -22,12 +23,24 @@ MAX_TRIPS = 1000
 ACTIVITY_SECONDS = 300  # the activity chart's span: one slot per second
 # Most dangerous first: a loop caught (any rule, and a deny kind this console does not know: a newer
 # guard's), a budget spent, the operator's stop, a warning; then ok.
-_STATUS_RANK = {"duplicate": 0, "repeat": 0, "cycle": 0, "stall": 0, "cap": 1, "interrupted": 2, "warned": 3, "ok": 4}
+_STATUS_RANK: dict[Status, int] = {
+    "duplicate": 0,
+    "repeat": 0,
+    "cycle": 0,
+    "stall": 0,
+    "cap": 1,
+    "interrupted": 2,
+    "warned": 3,
+    "ok": 4,
+}
+GuardStatus = Literal["starting", "running", "restarting", "attached", "unreachable", "stopped"]
+"""A guard's status in the console: being started or reached, running (the console's own child), restarting, attached
+(one it did not start), unreachable (the link is lost; reconnecting), stopped (it kept dying)."""
 TREE_DEPTH = 3  # indent levels the tree shows; a deeper subagent is drawn at this level, its connector `…`
 
 
 @dataclass
-class Agent:
+class ConsoleAgent:
     """One agent as the console knows it: the guard's row plus console-side history.
 
     `version` bumps whenever a new row arrives: the table's change token (a frame may carry an equal
@@ -75,13 +88,13 @@ class ShownAgent(NamedTuple):
     whether it is shown only as an ancestor of agents that match the filter (`context`). A NamedTuple: 10,000
     are made per change in tree mode, five times faster than a frozen dataclass."""
 
-    agent: Agent
+    agent: ConsoleAgent
     glyphs: str = ""
     context: bool = False
 
 
 def tree_order(
-    agents: Collection[Agent], context: Set[str] = frozenset(), ranked: Iterable[Agent] | None = None
+    agents: Collection[ConsoleAgent], context: Set[str] = frozenset(), ranked: Iterable[ConsoleAgent] | None = None
 ) -> list[ShownAgent]:
     """`agents` as a forest: each root (no parent, or a parent not among `agents`) followed by its subagents,
     recursively. Siblings, roots too, go most dangerous first by the worst agent of their subtree (a root
@@ -164,7 +177,7 @@ def _preorder(roots: list[str], kids: dict[str, list[str]]) -> list[str]:
     return out
 
 
-class GuardView:
+class ConsoleGuard:
     """One guard as the console knows it: its counters, its config, how the console reaches it, what it repeats."""
 
     def __init__(self, number: int = 0, name: str = "") -> None:
@@ -175,7 +188,7 @@ class GuardView:
         self.settings: Config | None = None  # its values, decoded; None until the guard sent them
         self.settings_error = ""  # why the guard's values do not decode here (a guard of another version)
         self.checks_per_s = 0.0
-        self.status = "starting"  # starting, running, restarting, attached, unreachable, stopped
+        self.status: GuardStatus = "starting"
         self.note = ""
         self.top_keys: list[KeyRow] = []  # with several guards: each `agent` is the agent's key
         self.activity = Activity()  # checks and denies per second, for the activity chart
@@ -242,8 +255,8 @@ class ConsoleState:
     def __init__(self, clock: Callable[[], float] = time.time, guards: list[str] | None = None) -> None:
         self.clock = clock
         self.fleet = guards is not None and len(guards) > 1
-        self.guards = [GuardView(n, name) for n, name in enumerate(guards or [""])]
-        self.agents: dict[str, Agent] = {}
+        self.guards = [ConsoleGuard(n, name) for n, name in enumerate(guards or [""])]
+        self.agents: dict[str, ConsoleAgent] = {}
         self.trips: deque[TripRow] = deque(maxlen=MAX_TRIPS)  # with several guards: each `agent` is a key
         self.trips_seen = 0
         self.new_trips = 0  # trips since the screen last took them (for the log)
@@ -261,7 +274,7 @@ class ConsoleState:
         # agent's rate is all zeros and stays so: at 10,000 mostly idle agents, `sample` visits the busy ones only.
         self._rating: set[str] = set()
         self._ranked_ids: list[str] = []
-        self._ranked: list[Agent] | None = None  # `_ranked_ids` as agents; None: to be rebuilt
+        self._ranked: list[ConsoleAgent] | None = None  # `_ranked_ids` as agents; None: to be rebuilt
 
     # -- input ----------------------------------------------------------------------------------
 
@@ -280,7 +293,7 @@ class ConsoleState:
             rating.add(key)
             agent = self.agents.get(key)
             if agent is None:
-                agent = self.agents[key] = Agent(row.agent, row, sampled_calls=row.calls, guard=guard, key=key)
+                agent = self.agents[key] = ConsoleAgent(row.agent, row, sampled_calls=row.calls, guard=guard, key=key)
             else:
                 agent.data = row
                 agent.version += 1
@@ -356,7 +369,7 @@ class ConsoleState:
                     view.checks_per_s = max(0, checks - view.sample_checks) / max(elapsed, 1e-6)
                 view.sample_checks = checks
 
-    def set_guard_status(self, status: str, note: str = "", guard: int = 0) -> None:
+    def set_guard_status(self, status: GuardStatus, note: str = "", guard: int = 0) -> None:
         view = self.guards[guard]
         if (status, note) != (view.status, view.note):
             view.status, view.note = status, note
@@ -374,7 +387,7 @@ class ConsoleState:
             stats.paused = paused
         self.changed()
 
-    def guard_of(self, agent: str | None) -> GuardView:
+    def guard_of(self, agent: str | None) -> ConsoleGuard:
         """The guard that knows agent `agent` (a key); the first if there is no such agent."""
         found = self.agents.get(agent or "")
         return self.guards[found.guard if found is not None else 0]
@@ -406,9 +419,9 @@ class ConsoleState:
     # -- output ---------------------------------------------------------------------------------
 
     def ranked_ids(self) -> list[str]:
-        """Every agent's id, most dangerous first (`Agent.danger` order). Kept between calls: only the agents whose
-        row, rate or presence changed since (`apply`, `sample`) get their danger again and are put back in place; at
-        10,000 agents a sort on every flush was most of the console's time. The list is shared until the order
+        """Every agent's id, most dangerous first (`ConsoleAgent.danger` order). Kept between calls: only the agents
+        whose row, rate or presence changed since (`apply`, `sample`) get their danger again and are put back in place;
+        at 10,000 agents a sort on every flush was most of the console's time. The list is shared until the order
         changes (a new list then): read it, do not change it."""
         agents, cache, dirty = self.agents, self._danger, self._dirty
         changed: list[str] = []
@@ -447,7 +460,7 @@ class ConsoleState:
             self._ranked = None
         return self._ranked_ids
 
-    def ranked(self) -> list[Agent]:
+    def ranked(self) -> list[ConsoleAgent]:
         """Every agent, most dangerous first: `ranked_ids` as agents (the same list until the order changes)."""
         ids = self.ranked_ids()
         if self._ranked is None:
@@ -455,7 +468,7 @@ class ConsoleState:
             self._ranked = [agents[i] for i in ids]
         return self._ranked
 
-    def visible_agents(self) -> list[Agent]:
+    def visible_agents(self) -> list[ConsoleAgent]:
         """Agents passing the filter, most dangerous first."""
         return list(self._matching(self.ranked()))
 
@@ -485,7 +498,7 @@ class ConsoleState:
         tree = {s.agent.key: (s.glyphs, s.context) for s in shown if s.glyphs or s.context}
         return [s.agent.key for s in shown], tree
 
-    def _matching(self, agents: Iterable[Agent]) -> Iterable[Agent]:
+    def _matching(self, agents: Iterable[ConsoleAgent]) -> Iterable[ConsoleAgent]:
         needle = self.filter.casefold()
         if needle:
             agents = [
@@ -529,7 +542,7 @@ class ConsoleState:
         return self.guards[0].settings_error
 
     @property
-    def guard_status(self) -> str:
+    def guard_status(self) -> GuardStatus:
         return self.guards[0].status
 
     @property
@@ -558,10 +571,6 @@ class ConsoleState:
     @property
     def checks_per_s(self) -> float:
         return sum(view.checks_per_s for view in self.guards)
-
-    @checks_per_s.setter
-    def checks_per_s(self, value: float) -> None:
-        self.guards[0].checks_per_s = value  # what a test's frozen clock cannot sample
 
     def activity_of_all(self) -> Activity:
         """Checks and denies per second of every guard together."""
@@ -598,14 +607,14 @@ class ConsoleState:
             self.changed()
 
 
-class Tally(NamedTuple):
+class ActivitySecond(NamedTuple):
     """The guard's checks and denies in one second."""
 
     checks: int
     denies: int
 
 
-_NONE = Tally(0, 0)
+_NONE = ActivitySecond(0, 0)
 
 
 class Activity:
@@ -613,13 +622,13 @@ class Activity:
 
     A frame's counters minus the last frame's land in the second of the state's clock the frame came in. The
     first frame is a baseline (its counts are the guard's whole life, not a second's); a counter that went
-    down is a new guard, counting from zero again; seconds without frames are zeros. Bounded: one `Tally` a
+    down is a new guard, counting from zero again; seconds without frames are zeros. Bounded: one `ActivitySecond` a
     second, `ACTIVITY_SECONDS` of them."""
 
     def __init__(self, seconds: int = ACTIVITY_SECONDS) -> None:
-        self.tallies: deque[Tally] = deque(maxlen=seconds)
+        self.tallies: deque[ActivitySecond] = deque(maxlen=seconds)
         self.second: int | None = None  # the second of the newest tally
-        self._counters: Tally | None = None  # the cumulative counters last seen
+        self._counters: ActivitySecond | None = None  # the cumulative counters last seen
 
     @classmethod
     def summed(cls, parts: list[Activity]) -> Activity:
@@ -634,19 +643,19 @@ class Activity:
             for tally, total in zip(part.last(newest + 1, span), totals, strict=True):
                 total[0] += tally.checks
                 total[1] += tally.denies
-        out.tallies.extend(Tally(c, d) for c, d in totals)
+        out.tallies.extend(ActivitySecond(c, d) for c, d in totals)
         out.second = newest
         return out
 
     def record(self, now: float, checks: int, denies: int) -> None:
         """A frame's cumulative counters, at `now` (the state's clock)."""
-        last, self._counters = self._counters, Tally(checks, denies)
+        last, self._counters = self._counters, ActivitySecond(checks, denies)
         if last is None:
             return
         if checks < last.checks or denies < last.denies:  # a new guard: it counted these since it started
-            delta = Tally(checks, denies)
+            delta = ActivitySecond(checks, denies)
         else:
-            delta = Tally(checks - last.checks, denies - last.denies)
+            delta = ActivitySecond(checks - last.checks, denies - last.denies)
         second = int(now)
         tallies = self.tallies
         if self.second is None or second > self.second:
@@ -656,9 +665,9 @@ class Activity:
             self.second = second
         elif delta != _NONE:  # this second again (or the clock stepped back): add to the newest
             newest = tallies[-1]
-            tallies[-1] = Tally(newest.checks + delta.checks, newest.denies + delta.denies)
+            tallies[-1] = ActivitySecond(newest.checks + delta.checks, newest.denies + delta.denies)
 
-    def last(self, now: float, seconds: int = ACTIVITY_SECONDS) -> list[Tally]:
+    def last(self, now: float, seconds: int = ACTIVITY_SECONDS) -> list[ActivitySecond]:
         """The `seconds` complete seconds before `now`, oldest first (the second `now` is in is still filling)."""
         end = int(now) - 1
         out = [_NONE] * seconds

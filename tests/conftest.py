@@ -62,7 +62,7 @@ class GuardProcess:
         cmd = [
             sys.executable,
             "-m",
-            "console.cli",
+            "breaker.cli",
             "--headless",
             "--socket",
             str(self.socket),

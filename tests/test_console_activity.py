@@ -8,7 +8,8 @@ import re
 import pytest
 from rich.text import Text
 
-from console.state import ACTIVITY_SECONDS, Activity, Tally
+from console.state import ACTIVITY_SECONDS, Activity
+from console.state import ActivitySecond as Second
 from console.themes import THEME_VARIABLES
 from console.widgets.activity import ActivityChart, activity_label, bars
 from tests.test_console_pilot import app_for, loop
@@ -89,9 +90,9 @@ def test_a_clock_that_steps_back_adds_to_the_newest_second():
 # -- the drawing -------------------------------------------------------------------------------------
 
 
-def quiet_then_a_loop() -> list[Tally]:
+def quiet_then_a_loop() -> list[Second]:
     """Five minutes of 5 checks/s, then ten seconds of a loop: 10 checks/s, 8 of them denied."""
-    return [Tally(5, 0)] * (ACTIVITY_SECONDS - 10) + [Tally(10, 8)] * 10
+    return [Second(5, 0)] * (ACTIVITY_SECONDS - 10) + [Second(10, 8)] * 10
 
 
 def test_a_burst_of_denies_shows_in_the_last_columns_in_the_trip_colour():
@@ -106,7 +107,7 @@ def test_a_burst_of_denies_shows_in_the_last_columns_in_the_trip_colour():
 
 
 def test_a_single_deny_still_colours_its_column():
-    tallies = [Tally(40, 0)] * (ACTIVITY_SECONDS - 1) + [Tally(40, 1)]
+    tallies = [Second(40, 0)] * (ACTIVITY_SECONDS - 1) + [Second(40, 1)]
     bottom = bars(tallies, ACTIVITY_SECONDS, 2, COLORS).split("\n")[1]
     assert styles(bottom)[-1] == COLORS["trip"] and set(styles(bottom)[:-1]) == {COLORS["ok"]}
     top = bars(tallies, ACTIVITY_SECONDS, 2, COLORS).split("\n")[0]
@@ -127,18 +128,22 @@ def test_a_terminal_wider_than_the_span_draws_one_column_a_second_on_the_right()
 
 
 def test_an_idle_guard_is_a_muted_baseline():
-    chart = bars([Tally(0, 0)] * ACTIVITY_SECONDS, 50, 2, COLORS)
+    chart = bars([Second(0, 0)] * ACTIVITY_SECONDS, 50, 2, COLORS)
     top, bottom = chart.split("\n")
     assert top.plain == " " * 50 and bottom.plain == "▁" * 50
     assert set(styles(bottom)) == {COLORS["muted"]}
 
 
 def test_the_label_names_the_span_the_busiest_second_and_the_denies():
-    tallies = [Tally(5, 0)] * (ACTIVITY_SECONDS - 3) + [Tally(47, 3), Tally(12, 9), Tally(1, 0)]
+    tallies = [Second(5, 0)] * (ACTIVITY_SECONDS - 3) + [
+        Second(47, 3),
+        Second(12, 9),
+        Second(1, 0),
+    ]
     label = activity_label(tallies, COLORS)
     assert label.plain == "activity · last 5 min · peak 47 checks/s · 12 denies"
     assert any(str(s.style) == f"bold {COLORS['trip']}" for s in label.spans)
-    assert activity_label([Tally(0, 0)] * 90, COLORS).plain == "activity · last 90 s · peak 0 checks/s · 0 denies"
+    assert activity_label([Second(0, 0)] * 90, COLORS).plain == "activity · last 90 s · peak 0 checks/s · 0 denies"
 
 
 # -- on the main screen ------------------------------------------------------------------------------

@@ -14,10 +14,10 @@ import pytest
 
 from breaker.protocol import AgentRow, KeyRow, StateFrame, TripRow
 from console.app import CBConsole
-from console.cli import _members
+from console.command import _members
 from console.screens.config import ConfigScreen
 from console.screens.confirm import ConfirmScreen
-from console.session import FleetSession, Member, operator_socket_for
+from console.session import FleetMember, FleetSession, operator_socket_for
 from console.state import ConsoleState, agent_key
 from console.widgets.agents import AgentsTable
 from console.widgets.detail import AgentDetail
@@ -97,8 +97,8 @@ def test_attach_names_paths_and_refuses_what_cannot_be_right(tmp_path):
     sock = tmp_path / "run" / "guard.sock"
     members = _members(["build=/srv/a/guard.sock", "/home/me/fwd/operator.sock"], sock, None)
     assert members == [
-        Member("build", Path("/srv/a-operator/operator.sock")),
-        Member("", Path("/home/me/fwd/operator.sock")),
+        FleetMember("build", Path("/srv/a-operator/operator.sock")),
+        FleetMember("", Path("/home/me/fwd/operator.sock")),
     ]
     assert "the same guard twice" in _members(["/a/guard.sock", "x=/a/guard.sock"], sock, None)
     assert "name before '=' is empty" in _members(["=/a/guard.sock", "/b/guard.sock"], sock, None)
@@ -108,7 +108,7 @@ def test_attach_names_paths_and_refuses_what_cannot_be_right(tmp_path):
 
 def test_several_attaches_refuse_one_operator_socket_for_all_on_the_command_line(tmp_path):
     out = subprocess.run(
-        [sys.executable, "-m", "console.cli", "--attach", "/a/guard.sock", "--attach", "/b/guard.sock",
+        [sys.executable, "-m", "breaker.cli", "--attach", "/a/guard.sock", "--attach", "/b/guard.sock",
          "--operator-socket", str(tmp_path / "o.sock")],
         cwd=ROOT, capture_output=True, text=True, timeout=60,
     )  # fmt: skip
@@ -119,7 +119,7 @@ def test_several_attaches_refuse_one_operator_socket_for_all_on_the_command_line
 
 
 def fleet_app(*guards) -> CBConsole:
-    return CBConsole(FleetSession([Member("", g.operator) for g in guards]))
+    return CBConsole(FleetSession([FleetMember("", g.operator) for g in guards]))
 
 
 def key_of(app: CBConsole, guard: int, agent: str) -> str:
@@ -214,7 +214,7 @@ def test_the_command_with_two_attaches_shows_both_guards_in_a_real_terminal(guar
     loop(a, "alpha-agent", 1)
     loop(b, "beta-agent", 7)
     command = (
-        f"{sys.executable} -m console.cli --attach first={a.socket} --attach second={b.operator} --readonly; sleep 30"
+        f"{sys.executable} -m breaker.cli --attach first={a.socket} --attach second={b.operator} --readonly; sleep 30"
     )
     tmux.start(f"cd {ROOT} && {command}", width=160, height=40)
     shown = ("beta-agent", "alpha-agent", "2 guards", "first attached", "second attached")

@@ -32,7 +32,7 @@ from console.screens.agent import AgentScreen
 from console.screens.config import ConfigScreen, parse_field
 from console.screens.confirm import ConfirmScreen
 from console.screens.override import OverrideScreen
-from console.session import FleetSession, GuardOptions, Member, OwnGuard
+from console.session import FleetMember, FleetSession, GuardOptions, OwnGuard
 from console.widgets.agents import AgentsTable
 from console.widgets.detail import AgentDetail
 from console.widgets.header import GuardHeader
@@ -234,7 +234,7 @@ async def test_every_screen_draws_hostile_ids_tools_args_and_harnesses_inert(tmp
 
 async def test_a_fleets_guard_names_are_drawn_inert(guard_factory, net):
     first, second = guard_factory(), guard_factory()
-    app = CBConsole(FleetSession([Member(GUARD_NAME, first.operator), Member("plain", second.operator)]))
+    app = CBConsole(FleetSession([FleetMember(GUARD_NAME, first.operator), FleetMember("plain", second.operator)]))
     async with app.run_test(size=SIZE, notifications=True) as pilot:
         harness = await asyncio.to_thread(hostile_calls, first.socket)
         try:
@@ -293,7 +293,7 @@ def terminal() -> Iterator[Tmux]:
 @pytest.mark.needs("tmux")
 def test_a_hostile_agent_id_neither_retitles_nor_clears_a_real_terminal(terminal, guard):
     title = "cbtest-title"
-    console = f"{shlex.quote(sys.executable)} -m console.cli --attach --socket {shlex.quote(str(guard.socket))}"
+    console = f"{shlex.quote(sys.executable)} -m breaker.cli --attach --socket {shlex.quote(str(guard.socket))}"
     terminal.start(f"cd {ROOT} && printf '\\033]2;{title}\\033\\\\' && env -u COLUMNS -u LINES {console}")
     terminal.run("set-option", "-t", "main", "allow-rename", "on")
     terminal.wait_for("guard attached", timeout=60)

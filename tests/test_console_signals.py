@@ -102,7 +102,7 @@ class Terminal:
         }
         assigns = " ".join(f"{k}={shlex.quote(str(v))}" for k, v in env.items())
         # COLUMNS/LINES from the test runner would override the terminal size Textual reads
-        console = f"env -u COLUMNS -u LINES -u CBCONSOLE_SOCKET {assigns} {sys.executable} -m console.cli"
+        console = f"env -u COLUMNS -u LINES -u CBCONSOLE_SOCKET {assigns} {sys.executable} -m breaker.cli"
         self.tmux.start(f"cd {ROOT} && {console} {shlex.join(args)}; echo CONSOLE-EXITED $?; sleep 60")
         shell = self.tmux.pane_pid()
         eventually(lambda: self._find_console(shell), what="the console process")
@@ -113,7 +113,7 @@ class Terminal:
     def _find_console(shell: int) -> int:
         for pid in descendants(shell):
             line = cmdline(pid)
-            if "console.cli" in line and "--headless" not in line:
+            if "breaker.cli" in line and "--headless" not in line:
                 return pid
         return 0
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from console.app import CBConsole
-from console.cli import _members
+from console.command import _members
 from console.screens.confirm import ConfirmScreen
 from console.session import FleetSession
 from console.state import agent_key

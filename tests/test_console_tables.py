@@ -11,7 +11,7 @@ from textual.app import App, ComposeResult
 from textual.widgets import DataTable
 
 from breaker.protocol import AgentRow, KeyRow
-from console.state import Agent
+from console.state import ConsoleAgent
 from console.themes import THEME_VARIABLES
 from console.widgets import rows
 from console.widgets.agents import AgentsTable
@@ -81,7 +81,7 @@ async def test_batched_cell_writes_show_on_screen_at_once(monkeypatch, batched):
 # -- the agents table: a view that draws only the lines on screen ------------------------------------
 
 
-def _many(n: int) -> dict[str, Agent]:
+def _many(n: int) -> dict[str, ConsoleAgent]:
     return {f"r{i:04d}": _agent(f"r{i:04d}", "ok", 1) for i in range(n)}
 
 
@@ -223,20 +223,20 @@ def test_two_calls_that_look_the_same_get_two_row_keys():
     assert len(set(keys)) == 3 and keys == row_keys([same, key("ag-1", "other", 3), same])
 
 
-def replace_agent(agent: Agent, status: str) -> Agent:
+def replace_agent(agent: ConsoleAgent, status: str) -> ConsoleAgent:
     """The same agent with a new row (as a state frame brings it): its version moves."""
     row = replace(agent.data, status=status, denies={status: 1})
-    return Agent(agent.id, row, version=agent.version + 1)
+    return ConsoleAgent(agent.id, row, version=agent.version + 1)
 
 
-def _agent(agent: str, status: str, worst: int) -> Agent:
+def _agent(agent: str, status: str, worst: int) -> ConsoleAgent:
     row = AgentRow(
         agent=agent, harness="dsh", parent=None, calls=worst, window_fill=worst, window=200, cap=300,
         worst_count=worst, worst_tool="bash", worst_preview="", duplicate_limit=6,
         denies={status: 1} if status not in ("ok", "warned") else {}, status=status,
         last_tool="bash", last_seen=None, interrupt_reason=None,
     )  # fmt: skip
-    return Agent(agent, row)
+    return ConsoleAgent(agent, row)
 
 
 def test_every_loop_rule_ranks_and_colours_as_a_loop_caught_above_cap_interrupt_and_warned():

@@ -33,7 +33,7 @@ def agent_row(tmux, agent: str, harness: str, status: str) -> str:
 def test_cbconsole_in_a_terminal_shows_a_loop_forming_and_interrupts_it(guard, tmux):
     # COLUMNS/LINES from the test runner would override the terminal size Textual reads
     cmd = (
-        f"cd {ROOT} && env -u COLUMNS -u LINES {sys.executable} -m console.cli --attach --socket {guard.socket}; "
+        f"cd {ROOT} && env -u COLUMNS -u LINES {sys.executable} -m breaker.cli --attach --socket {guard.socket}; "
         "echo CONSOLE-EXITED; sleep 30"
     )
     tmux.start(cmd)

@@ -7,13 +7,13 @@ import random
 from dataclasses import replace
 
 from breaker.protocol import AgentRow, StateFrame
-from console.state import TREE_DEPTH, Agent, ConsoleState, ShownAgent, tree_order
+from console.state import TREE_DEPTH, ConsoleAgent, ConsoleState, ShownAgent, tree_order
 from console.widgets.agents import AgentsTable
 from tests.test_console_pilot import SIZE, app_for, loop
 from tests.waits import eventually_async
 
 
-def make(agent: str, parent: str | None = None, status: str = "ok", worst: int = 1) -> Agent:
+def make(agent: str, parent: str | None = None, status: str = "ok", worst: int = 1) -> ConsoleAgent:
     row = AgentRow(
         agent=agent,
         harness="pytest",
@@ -32,7 +32,7 @@ def make(agent: str, parent: str | None = None, status: str = "ok", worst: int =
         last_seen=None,
         interrupt_reason=None,
     )
-    return Agent(agent, row)
+    return ConsoleAgent(agent, row)
 
 
 def ids(rows: list[ShownAgent]) -> list[str]:
@@ -127,8 +127,8 @@ def test_a_ten_thousand_deep_chain_and_a_ten_thousand_long_cycle_do_not_recurse(
 
 def test_the_filter_in_tree_mode_keeps_matches_under_their_ancestors_shown_as_context():
     state = ConsoleState(clock=lambda: 0.0)
-    for a in (make("session"), make("helper", "session"), make("needle-sub", "helper"), make("other")):
-        state.agents[a.id] = a
+    agents = (make("session"), make("helper", "session"), make("needle-sub", "helper"), make("other"))
+    state.apply(StateFrame(seq=1, full=True, time=0.0, agents=[a.data for a in agents]))  # as the link hands it
     state.set_filter("needle")
     assert [(r.agent.id, r.context) for r in state.shown()] == [("needle-sub", False)]  # flat: matches only
     state.set_tree(True)

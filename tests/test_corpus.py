@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from breaker.replay import main
+from breaker.replaycli import main
 from breaker.transcripts import read
 
 CORPUS = Path(__file__).resolve().parent / "fixtures" / "corpus"

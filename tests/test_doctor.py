@@ -35,13 +35,13 @@ def settings(harness: str, home: Path, value: dict) -> list[doctor._Settings]:
     path = places(home).settings_file(harness)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(value))
-    found: list[doctor.Check] = []
+    found: list[doctor.Finding] = []
     read = doctor._read_settings(harness, path, found)
     assert found == [] and read is not None
     return [read]
 
 
-def statuses(checks: list[doctor.Check]) -> list[tuple[str, str]]:
+def statuses(checks: list[doctor.Finding]) -> list[tuple[str, str]]:
     return [(c.status, c.check) for c in checks]
 
 
@@ -110,7 +110,7 @@ def test_settings_that_are_not_json_fail_naming_the_file_and_line(tmp_path):
     path = places(tmp_path).settings_file("claude-code")
     path.parent.mkdir()
     path.write_text('{\n  "hooks": {},\n}\n')
-    found: list[doctor.Check] = []
+    found: list[doctor.Finding] = []
     assert doctor._read_settings("claude-code", path, found) is None
     (check,) = found
     assert check.status == "fail" and f"{path}: line 3" in check.message

@@ -90,7 +90,7 @@ def test_a_child_python_drops_empty_and_relative_pythonpath_entries_and_never_ha
 
 
 def test_a_child_python_of_a_source_tree_run_is_given_the_tree_by_its_absolute_path(tmp_path, workspace):
-    """`python -m console.cli` in a checkout with nothing installed found the code in the current directory: its
+    """`python -m breaker.cli` in a checkout with nothing installed found the code in the current directory: its
     children get that directory by name (never `.`), and still find nothing else there."""
     place, marks = workspace
     tree = tmp_path / "tree"

@@ -81,9 +81,9 @@ def test_without_a_command_an_interrupt_runs_nothing(tmp_path):
             async with AsyncGuardClient(server.operator_path, timeout=5) as client:
                 reply = await client.request("interrupt", agent="a1", reason="r")
                 assert reply["ok"] is True
-                running = server.commands_in_flight  # a command's task is made before the reply is sent
+                running = server.commands.in_flight  # a command's task is made before the reply is sent
             release.touch()
-            await eventually_async(lambda: not server.commands_in_flight, what="the command to end")
+            await eventually_async(lambda: not server.commands.in_flight, what="the command to end")
             return running
         finally:
             await server.stop()
@@ -108,14 +108,14 @@ def test_a_command_that_outlives_its_timeout_is_killed_with_its_children(tmp_pat
 
     async def scenario() -> None:
         server = GuardServer(socket_path, config=Config(interrupt_command=(sys.executable, "-c", script)))
-        server.interrupt_timeout = 0.5
+        server.commands.timeout = 0.5
         await server.start()
         try:
             async with AsyncGuardClient(server.operator_path, timeout=5) as client:
                 await client.request("interrupt", agent="a1", reason="r")
                 decision = await client.check("a1", "bash", {})  # the guard answers while it runs
                 assert decision.kind == "interrupted"
-            await eventually_async(lambda: not server.commands_in_flight, what="the command killed at its timeout")
+            await eventually_async(lambda: not server.commands.in_flight, what="the command killed at its timeout")
         finally:
             await server.stop()
 

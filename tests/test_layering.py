@@ -13,6 +13,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 UI = ("textual", "rich", "console")
 
@@ -41,3 +43,29 @@ def test_importing_every_breaker_module_loads_no_ui_module_even_through_a_depend
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT).stdout
     assert json.loads(out) == []
+
+
+def loaded_ui_modules(argv: list[str]) -> list[str]:
+    """Run `cbconsole ARGV` (its entry point, `breaker.cli.main`) in a fresh interpreter; the UI modules it loaded."""
+    code = (
+        "import json, sys\n"
+        "from breaker.cli import main\n"
+        "try:\n"
+        f"    main({argv!r})\n"
+        "except SystemExit:\n"
+        "    pass\n"
+        f"print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in {UI!r})))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
+    return json.loads(done.stdout.splitlines()[-1])
+
+
+@pytest.mark.parametrize("argv", [["setup", "--help"], ["doctor", "--help"], ["--headless", "--help"]])
+def test_cbconsole_setup_doctor_and_the_headless_guard_load_no_ui_module(argv):
+    assert loaded_ui_modules(argv) == []
+
+
+def test_the_cbconsole_command_reaches_the_console_by_name_and_answers_its_flags_without_textual():
+    loaded = loaded_ui_modules(["--version"])  # the console's own flag: its parser answers it
+    assert "console.command" in loaded
+    assert not [m for m in loaded if m.split(".")[0] in ("textual", "rich")]

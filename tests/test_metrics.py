@@ -172,7 +172,7 @@ def test_a_port_in_use_stops_the_guard_with_a_clear_error(guard_factory):
 
 def test_a_malformed_flag_is_refused_before_the_guard_starts():
     out = subprocess.run(
-        [sys.executable, "-m", "console.cli", "--headless", "--metrics", "localhost"],
+        [sys.executable, "-m", "breaker.cli", "--headless", "--metrics", "localhost"],
         cwd=ROOT,
         capture_output=True,
         text=True,

@@ -20,7 +20,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from breaker import Config, Guard
-from breaker.replay import load_config, main, render_table, replay, short_ids
+from breaker.replay import load_config, render_table, replay, short_ids
+from breaker.replaycli import main
 from breaker.transcripts import TranscriptError, decompress, read
 
 T0_MS = 1_790_000_000_000  # 2026-09-21, epoch milliseconds as dsh writes them
@@ -720,7 +721,7 @@ def test_broken_patch_file_is_a_clear_error_naming_file_and_line(tmp_path, capsy
 def test_cbreplay_console_script_runs(tmp_path):
     path = calls_file(tmp_path / "c.jsonl", [{"agent": "a", "tool": "bash", "args": {}}] * 7)
     out = subprocess.run(
-        [sys.executable, "-m", "breaker.replay", str(path), "--verdicts"], capture_output=True, text=True, check=True
+        [sys.executable, "-m", "breaker.replaycli", str(path), "--verdicts"], capture_output=True, text=True, check=True
     ).stdout
     assert [json.loads(line)["decision"] for line in out.splitlines()] == ["allow"] * 6 + ["deny"]
 

@@ -16,7 +16,8 @@ from breaker import Config, Guard
 from breaker.compare import split_setting
 from breaker.config import BY_KEY, PRESETS
 from breaker.keys import result_digest
-from breaker.replay import load_config, main, replay
+from breaker.replay import load_config, replay
+from breaker.replaycli import main
 from breaker.transcripts import read, read_corpus
 from tests.test_replay import SESSION, calls_file, claude_lines, dsh_lines, write_claude
 

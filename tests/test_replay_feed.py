@@ -8,7 +8,7 @@ import sys
 import time
 from pathlib import Path
 
-from breaker.replay import MAX_GAP
+from breaker.replaycli import MAX_GAP
 from breaker.transcripts import read
 from tests.conftest import ROOT, request
 from tests.test_replay import write_dsh
@@ -18,7 +18,7 @@ SESSIONS = Path(__file__).parent / "fixtures" / "transcripts" / "dsh-zstd" / "se
 
 def feed(socket, speed: str = "0", check: bool = False, path: Path = SESSIONS) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "breaker.replay", str(path), "--feed", "--socket", str(socket), "--speed", speed],
+        [sys.executable, "-m", "breaker.replaycli", str(path), "--feed", "--socket", str(socket), "--speed", speed],
         capture_output=True,
         text=True,
         cwd=ROOT,

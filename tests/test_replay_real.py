@@ -15,7 +15,8 @@ import pytest
 import zstandard
 
 from breaker import Config, Guard, hook
-from breaker.replay import main, replay
+from breaker.replay import replay
+from breaker.replaycli import main
 from breaker.transcripts import _frame_end, harness_of, read
 from tests.test_hook import SAMPLES, samples
 

@@ -125,7 +125,7 @@ def test_default_socket_directory_is_created_private(tmp_path):
     runtime.mkdir()
     env = {**os.environ, "XDG_RUNTIME_DIR": str(runtime), "DSH_HOME": str(tmp_path / "dsh")}
     env.pop("CBCONSOLE_SOCKET", None)
-    proc = subprocess.Popen([sys.executable, "-m", "console.cli", "--headless"], env=env, stderr=subprocess.PIPE)
+    proc = subprocess.Popen([sys.executable, "-m", "breaker.cli", "--headless"], env=env, stderr=subprocess.PIPE)
     try:
         sock = runtime / "cbconsole" / "guard.sock"
         eventually(lambda: sock.exists())
@@ -141,7 +141,7 @@ def test_socket_path_from_the_environment(tmp_path):
     run = tmp_path / "r"
     run.mkdir(mode=0o700)
     env = {**os.environ, "CBCONSOLE_SOCKET": str(run / "env.sock"), "DSH_HOME": str(tmp_path / "dsh")}
-    proc = subprocess.Popen([sys.executable, "-m", "console.cli", "--headless"], env=env, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen([sys.executable, "-m", "breaker.cli", "--headless"], env=env, stderr=subprocess.DEVNULL)
     try:
         eventually(lambda: (run / "env.sock").exists())
     finally:

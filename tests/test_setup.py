@@ -454,9 +454,9 @@ def test_setup_starts_without_the_console_or_a_guard(tmp_path):
 
     code = (
         "import sys\n"
-        "from console.cli import main\n"
+        "from breaker.cli import main\n"
         f"status = main(['setup', 'cursor', '--home', {str(tmp_path)!r}, '--dry-run'])\n"
-        "print(status, sorted(m for m in sys.modules if m.split('.')[0] in ('textual', 'rich', 'console.app')))\n"
+        "print(status, sorted(m for m in sys.modules if m.split('.')[0] in ('textual', 'rich', 'console')))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.splitlines()[-1] == "0 []"

@@ -1,7 +1,7 @@
 """The guard in the OpenAI Agents SDK: a tool input guardrail on every function tool (and a tool output guardrail
 that reports results).
 
-`CircuitBreaker().guard(agent)` adds both to each `FunctionTool` of the agent and of the agents it hands
+`OpenAIAgentsGuard().guard(agent)` adds both to each `FunctionTool` of the agent and of the agents it hands
 off to (`FunctionTool.tool_input_guardrails` / `tool_output_guardrails`, the SDK's own fields). A deny is
 `reject_content`: the model reads the deny text as the call's output and the run goes on. An operator
 interrupt is `raise_exception`: the run ends with `ToolInputGuardrailTripwireTriggered`.
@@ -33,13 +33,13 @@ try:
 except ImportError as e:  # pragma: no cover - exercised in a venv without the extra
     raise missing("the OpenAI Agents SDK", "openai-agents", e) from e
 
-__all__ = ["HARNESS", "AgentInterrupted", "CircuitBreaker"]
+__all__ = ["HARNESS", "AgentInterrupted", "CircuitBreaker", "OpenAIAgentsGuard"]
 
 HARNESS = "openai-agents"
 MAX_RUNS = 4096  # runs whose first agent is remembered (for parents), oldest forgotten first
 
 
-class CircuitBreaker:
+class OpenAIAgentsGuard:
     """Guardrails that ask the guard before each function tool call and report each result."""
 
     def __init__(
@@ -129,3 +129,6 @@ class CircuitBreaker:
     async def _after(self, data: ToolOutputGuardrailData) -> ToolGuardrailFunctionOutput:
         await self.breaker.areport(self.call_of(data), data.output)
         return ToolGuardrailFunctionOutput.allow()
+
+
+CircuitBreaker = OpenAIAgentsGuard  # its first name, which the docs gave it: an alias, so code written against it runs

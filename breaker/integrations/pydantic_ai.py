@@ -1,6 +1,6 @@
 """The guard in pydantic-ai: a capability whose `wrap_tool_execute` asks the guard before every tool call.
 
-`Agent(model, tools=[...], capabilities=[CircuitBreaker()])`. A deny skips the tool (`SkipToolExecution`)
+`Agent(model, tools=[...], capabilities=[PydanticAIGuard()])`. A deny skips the tool (`SkipToolExecution`)
 and the model reads the deny text as the call's return: not a `ModelRetry`, which counts toward the
 tool's `max_retries` (1 by default), so a second deny in a row would end the run with
 `UnexpectedModelBehavior`. An operator interrupt cancels the run (`RunContext.cancel()`), at once when the
@@ -25,7 +25,7 @@ try:
 except ImportError as e:  # pragma: no cover - exercised in a venv without the extra
     raise missing("pydantic-ai", "pydantic-ai", e) from e
 
-__all__ = ["HARNESS", "AgentInterrupted", "CircuitBreaker"]
+__all__ = ["HARNESS", "AgentInterrupted", "CircuitBreaker", "PydanticAIGuard"]
 
 HARNESS = "pydantic-ai"
 
@@ -34,7 +34,7 @@ def agent_of(ctx: RunContext[Any]) -> str:
     return str(ctx.conversation_id or ctx.run_id or "pydantic-ai")
 
 
-class CircuitBreaker(AbstractCapability[Any]):
+class PydanticAIGuard(AbstractCapability[Any]):
     """The guard before every tool call of the agent (pass it in `capabilities=[...]`)."""
 
     def __init__(
@@ -95,3 +95,6 @@ class CircuitBreaker(AbstractCapability[Any]):
             result = await handler(args)
         await self.breaker.areport(guarded, result)
         return result
+
+
+CircuitBreaker = PydanticAIGuard  # its first name, which the docs gave it: an alias, so code written against it runs

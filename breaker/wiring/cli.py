@@ -1,4 +1,4 @@
-"""`cbconsole setup …` and `cbconsole doctor …`: the two commands `console.cli` hands over, unparsed."""
+"""`cbconsole setup …` and `cbconsole doctor …`: the two commands `breaker.cli` hands over, unparsed."""
 
 from __future__ import annotations
 

@@ -27,6 +27,7 @@ from typing import Any
 
 from breaker.patch import PatchError
 from breaker.paths import FileProblem, check_socket, default_socket_path, read_regular
+from breaker.vocab import FindingStatus
 from breaker.wiring import codex, dsh
 from breaker.wiring.files import MAX_BYTES, SetupError, decode, read
 from breaker.wiring.harnesses import (
@@ -46,7 +47,7 @@ from breaker.wiring.harnesses import (
 from breaker.wiring.jsontext import Document, JsonTextError
 from breaker.wiring.setup import Found, cbhook_entries
 
-__all__ = ["Check", "main", "run_checks"]
+__all__ = ["Finding", "main", "run_checks"]
 
 VERSION_TIMEOUT = 20.0  # seconds for `HARNESS --version` (Node start-up on a busy machine)
 APP_SERVER_TIMEOUT = 30.0  # seconds for Codex's app-server to answer hooks/list
@@ -54,12 +55,12 @@ _VERSION = re.compile(r"\d+\.\d+\.\d+(?:-[0-9A-Za-z.]+)?")
 
 
 @dataclass(frozen=True)
-class Check:
+class Finding:
     """One finding: `status` is ok, warn, fail or skip (not installed); `fix` the command that fixes it."""
 
     check: str
     harness: str | None
-    status: str
+    status: FindingStatus
     message: str
     fix: str = ""
 
@@ -76,51 +77,59 @@ def _setup(harness: str, places: Places, project: Path | None = None) -> str:
 # -- the guard ------------------------------------------------------------------------------------
 
 
-def check_guard(path: Path) -> Check:
+def check_guard(path: Path) -> Finding:
     from breaker.client import GuardClient, GuardError
     from breaker.wire import GuardUnavailable
 
     start = "start it: `cbconsole` (the console, with the guard as its child) or `cbconsole --headless`"
     unsafe = check_socket(path)
     if unsafe is not None:
-        return Check(
-            "guard",
-            None,
-            "fail",
-            f"{unsafe}. Every hook treats that as the guard being away (fail open: calls run unchecked)",
-            f"remove what is at {path.parent} if it is not yours, or give the guard and the hooks another --socket",
+        return Finding(
+            check="guard",
+            harness=None,
+            status="fail",
+            message=f"{unsafe}. Every hook treats that as the guard being away (fail open: calls run unchecked)",
+            fix=f"remove what is at {path.parent} if it is not yours, or give the guard and the hooks another --socket",
         )
     if not path.exists():
-        return Check(
-            "guard",
-            None,
-            "fail",
-            f"the guard is not running (no socket at {path}): every tool call runs unchecked",
-            start,
+        return Finding(
+            check="guard",
+            harness=None,
+            status="fail",
+            message=f"the guard is not running (no socket at {path}): every tool call runs unchecked",
+            fix=start,
         )
     client = GuardClient(path, timeout=3.0, hello=False)
     try:
         reply = client.request("ping")
     except (GuardUnavailable, OSError) as exc:
-        return Check(
-            "guard", None, "fail", f"the guard at {path} does not answer ({exc}): tool calls run unchecked", start
+        return Finding(
+            check="guard",
+            harness=None,
+            status="fail",
+            message=f"the guard at {path} does not answer ({exc}): tool calls run unchecked",
+            fix=start,
         )
     except GuardError as exc:
-        return Check(
-            "guard",
-            None,
-            "fail",
-            f"the socket at {path} answered ping with an error ({exc!s:.200}), not as the guard does: tool "
+        return Finding(
+            check="guard",
+            harness=None,
+            status="fail",
+            message=f"the socket at {path} answered ping with an error ({exc!s:.200}), not as the guard does: tool "
             "calls may run unchecked",
-            start,
+            fix=start,
         )
     finally:
         client.close()
     if not reply.get("pong"):
-        return Check(
-            "guard", None, "fail", f"the socket at {path} answered {reply!r:.200}, not as the guard does", start
+        return Finding(
+            check="guard",
+            harness=None,
+            status="fail",
+            message=f"the socket at {path} answered {reply!r:.200}, not as the guard does",
+            fix=start,
         )
-    return Check("guard", None, "ok", f"the guard answers at {path}")
+    return Finding(check="guard", harness=None, status="ok", message=f"the guard answers at {path}")
 
 
 # -- a harness's program and version ----------------------------------------------------------------
@@ -174,29 +183,39 @@ def version_of(program: Path, places: Places, harness: str | None = None) -> str
     return found.group() if found else None
 
 
-def check_version(harness: str, program: Path, version: str | None) -> Check:
+def check_version(harness: str, program: Path, version: str | None) -> Finding:
     name = NAMES[harness]
     proven = PROVEN[harness]
     if harness == "cursor":
-        return Check(
-            f"{harness}.version",
-            harness,
-            "warn",
-            f"{name} ({program}) is not tested end to end here (it is not on npm): cbhook answers its hooks in the "
-            "shape Cursor's docs give, unproven with the real program",
+        return Finding(
+            check=f"{harness}.version",
+            harness=harness,
+            status="warn",
+            message=f"{name} ({program}) is not tested end to end here (it is not on npm): cbhook answers its "
+            "hooks in the shape Cursor's docs give, unproven with the real program",
         )
     if version is None:
-        return Check(f"{harness}.version", harness, "warn", f"cannot read {name}'s version (`{program} --version`)")
+        return Finding(
+            check=f"{harness}.version",
+            harness=harness,
+            status="warn",
+            message=f"cannot read {name}'s version (`{program} --version`)",
+        )
     if version in proven:
-        return Check(f"{harness}.version", harness, "ok", f"{name} {version} ({program}) is a version the tests prove")
+        return Finding(
+            check=f"{harness}.version",
+            harness=harness,
+            status="ok",
+            message=f"{name} {version} ({program}) is a version the tests prove",
+        )
     pin = f"npm install -g {NPM_PACKAGES[harness]}@{proven[-1]}"
-    return Check(
-        f"{harness}.version",
-        harness,
-        "warn",
-        f"{name} {version} ({program}) is not a version the end-to-end tests prove ({', '.join(proven)}): its hooks "
-        "may behave differently (a new version may skip or ignore them)",
-        f"{pin}, or check that a repeated call is denied in a run of your own",
+    return Finding(
+        check=f"{harness}.version",
+        harness=harness,
+        status="warn",
+        message=f"{name} {version} ({program}) is not a version the end-to-end tests prove "
+        f"({', '.join(proven)}): its hooks may behave differently (a new version may skip or ignore them)",
+        fix=f"{pin}, or check that a repeated call is denied in a run of your own",
     )
 
 
@@ -209,11 +228,19 @@ class _Settings:
     value: dict[str, Any]
 
 
-def _read_settings(harness: str, path: Path, checks: list[Check]) -> _Settings | None:
+def _read_settings(harness: str, path: Path, checks: list[Finding]) -> _Settings | None:
     try:
         text = decode(path, read(path))
     except SetupError as exc:
-        checks.append(Check(f"{harness}.settings", harness, "fail", f"{exc}", "fix the file by hand"))
+        checks.append(
+            Finding(
+                check=f"{harness}.settings",
+                harness=harness,
+                status="fail",
+                message=f"{exc}",
+                fix="fix the file by hand",
+            )
+        )
         return None
     if text is None:
         return None
@@ -221,13 +248,13 @@ def _read_settings(harness: str, path: Path, checks: list[Check]) -> _Settings |
         doc = Document(text, comments=harness == "gemini")
     except JsonTextError as exc:
         checks.append(
-            Check(
-                f"{harness}.settings",
-                harness,
-                "fail",
-                f"{path}: line {exc.line} column {exc.column}: not valid JSON ({exc.message}): {NAMES[harness]} "
-                "cannot read its hooks from it",
-                "fix the file by hand, then run `cbconsole doctor` again",
+            Finding(
+                check=f"{harness}.settings",
+                harness=harness,
+                status="fail",
+                message=f"{path}: line {exc.line} column {exc.column}: not valid JSON ({exc.message}): "
+                f"{NAMES[harness]} cannot read its hooks from it",
+                fix="fix the file by hand, then run `cbconsole doctor` again",
             )
         )
         return None
@@ -236,7 +263,7 @@ def _read_settings(harness: str, path: Path, checks: list[Check]) -> _Settings |
 
 def check_hooks(
     harness: str, files: list[_Settings], cbhook: Path | None, places: Places, project: Path | None
-) -> list[Check]:
+) -> list[Finding]:
     """Whether the hooks in `files` (user, then project settings) call this installation's cbhook."""
     name = NAMES[harness]
     fix = _setup(harness, places)
@@ -246,16 +273,16 @@ def check_hooks(
     where = " or ".join(str(s.path) for s in files) or str(places.settings_file(harness))
     if not before:
         return [
-            Check(
-                f"{harness}.hook",
-                harness,
-                "fail",
-                f"{name} is installed, but no {check_event} hook in {where} calls cbhook: its tool calls are not "
-                "checked by the guard",
-                fix,
+            Finding(
+                check=f"{harness}.hook",
+                harness=harness,
+                status="fail",
+                message=f"{name} is installed, but no {check_event} hook in {where} calls cbhook: its tool "
+                "calls are not checked by the guard",
+                fix=fix,
             )
         ]
-    out: list[Check] = []
+    out: list[Finding] = []
     mine = hook_file()
     for settings, f in before:
         out += _check_command(harness, settings.path, f, cbhook, mine, fix)
@@ -264,42 +291,57 @@ def check_hooks(
         doubled = sorted({e for e in events if events.count(e) > 1})
         if doubled:
             out.append(
-                Check(
-                    f"{harness}.hook",
-                    harness,
-                    "fail",
-                    f"{settings.path}: cbhook is there twice for {', '.join(doubled)}: every call would count twice",
-                    fix,
+                Finding(
+                    check=f"{harness}.hook",
+                    harness=harness,
+                    status="fail",
+                    message=f"{settings.path}: cbhook is there twice for {', '.join(doubled)}: every call "
+                    "would count twice",
+                    fix=fix,
                 )
             )
     missing = [h.event for h in HOOKS[harness] if not any(f.event == h.event for _s, f in found)]
     if missing:
         out.append(
-            Check(
-                f"{harness}.hook",
-                harness,
-                "warn",
-                f"{name}: no cbhook hook for {', '.join(missing)} (results are not reported, or ended agents are not "
-                "forgotten)",
-                fix,
+            Finding(
+                check=f"{harness}.hook",
+                harness=harness,
+                status="warn",
+                message=f"{name}: no cbhook hook for {', '.join(missing)} (results are not reported, or ended "
+                "agents are not forgotten)",
+                fix=fix,
             )
         )
     if not any(c.status == "fail" for c in out):
         paths = sorted({str(s.path) for s, _f in before})
         called = sorted({cbhook_of(f.command)[0] for _s, f in before})
         out.insert(
-            0, Check(f"{harness}.hook", harness, "ok", f"{name}'s hooks call {', '.join(called)} ({', '.join(paths)})")
+            0,
+            Finding(
+                check=f"{harness}.hook",
+                harness=harness,
+                status="ok",
+                message=f"{name}'s hooks call {', '.join(called)} ({', '.join(paths)})",
+            ),
         )
     return out
 
 
-def _check_command(harness: str, where: Path, f: Found, cbhook: Path | None, mine: Path, fix: str) -> list[Check]:
+def _check_command(harness: str, where: Path, f: Found, cbhook: Path | None, mine: Path, fix: str) -> list[Finding]:
     """Whether one hook command runs this installation's cbhook, and in the fast form setup writes."""
     program, python = cbhook_of(f.command)
     runner = python if python is not None else program
 
-    def problem(status: str, what: str) -> list[Check]:
-        return [Check(f"{harness}.hook", harness, status, f"{where}: the {f.event} hook {what}", fix)]
+    def problem(status: FindingStatus, what: str) -> list[Finding]:
+        return [
+            Finding(
+                check=f"{harness}.hook",
+                harness=harness,
+                status=status,
+                message=f"{where}: the {f.event} hook {what}",
+                fix=fix,
+            )
+        ]
 
     if not os.path.isabs(runner):
         return problem(
@@ -341,23 +383,23 @@ def _socket_of(command: str, default: Path) -> Path:
     return default
 
 
-def check_claude(settings: list[_Settings]) -> list[Check]:
+def check_claude(settings: list[_Settings]) -> list[Finding]:
     out = []
     for s in settings:
         if s.value.get("disableAllHooks") is True:
             out.append(
-                Check(
-                    "claude-code.hooks-off",
-                    "claude-code",
-                    "fail",
-                    f"{s.path} sets disableAllHooks: true: Claude Code runs no hook at all",
-                    f"remove disableAllHooks from {s.path}",
+                Finding(
+                    check="claude-code.hooks-off",
+                    harness="claude-code",
+                    status="fail",
+                    message=f"{s.path} sets disableAllHooks: true: Claude Code runs no hook at all",
+                    fix=f"remove disableAllHooks from {s.path}",
                 )
             )
     return out
 
 
-def check_gemini(settings: list[_Settings], command: str | None, places: Places) -> list[Check]:
+def check_gemini(settings: list[_Settings], command: str | None, places: Places) -> list[Finding]:
     out = []
     loop_off = False
     for s in settings:
@@ -365,23 +407,23 @@ def check_gemini(settings: list[_Settings], command: str | None, places: Places)
         if isinstance(hooks_config, dict):
             if hooks_config.get("enabled") is False:
                 out.append(
-                    Check(
-                        "gemini.hooks-off",
-                        "gemini",
-                        "fail",
-                        f"{s.path} sets hooksConfig.enabled: false: Gemini CLI runs no hook at all",
-                        f"remove hooksConfig.enabled from {s.path}",
+                    Finding(
+                        check="gemini.hooks-off",
+                        harness="gemini",
+                        status="fail",
+                        message=f"{s.path} sets hooksConfig.enabled: false: Gemini CLI runs no hook at all",
+                        fix=f"remove hooksConfig.enabled from {s.path}",
                     )
                 )
             disabled = hooks_config.get("disabled")
             if command and isinstance(disabled, list) and command in disabled:
                 out.append(
-                    Check(
-                        "gemini.hooks-off",
-                        "gemini",
-                        "fail",
-                        f"{s.path} lists the cbhook command in hooksConfig.disabled: Gemini CLI skips it",
-                        f"take it out of hooksConfig.disabled in {s.path}",
+                    Finding(
+                        check="gemini.hooks-off",
+                        harness="gemini",
+                        status="fail",
+                        message=f"{s.path} lists the cbhook command in hooksConfig.disabled: Gemini CLI skips it",
+                        fix=f"take it out of hooksConfig.disabled in {s.path}",
                     )
                 )
         model = s.value.get("model")
@@ -389,14 +431,15 @@ def check_gemini(settings: list[_Settings], command: str | None, places: Places)
             loop_off = model["disableLoopDetection"] is True
     if not loop_off:
         out.append(
-            Check(
-                "gemini.loop-detector",
-                "gemini",
-                "warn",
-                "Gemini CLI's own loop detector is on: it ends a run at the 5th identical call in a row (before the "
-                "guard's default duplicateLimit of 6), so the guard sees only near-repeats trip and the console shows "
-                "none of those loops. model.disableLoopDetection: true lets the guard decide",
-                f"{_setup('gemini', places)} (it sets model.disableLoopDetection: true)",
+            Finding(
+                check="gemini.loop-detector",
+                harness="gemini",
+                status="warn",
+                message="Gemini CLI's own loop detector is on: it ends a run at the 5th identical call in a "
+                "row (before the guard's default duplicateLimit of 6), so the guard sees only near-repeats "
+                "trip and the console shows none of those loops. model.disableLoopDetection: true lets the "
+                "guard decide",
+                fix=f"{_setup('gemini', places)} (it sets model.disableLoopDetection: true)",
             )
         )
     return out
@@ -475,7 +518,7 @@ def _event(name: Any) -> str:
 
 def check_codex_trust(
     program: Path, places: Places, project: Path | None, files: list[_Settings], cbhook: Path | None
-) -> list[Check]:
+) -> list[Finding]:
     fix = _setup("codex", places, None)
     listed = codex_hooks_list(program, places, project or places.home)
     ours = [(s, f) for s in files for f in cbhook_entries("codex", s.value)]
@@ -486,7 +529,11 @@ def check_codex_trust(
         try:
             records = codex.trusted(config, decode(config, read(config)))
         except SetupError as exc:
-            return [Check("codex.trust", "codex", "fail", f"{exc}", "fix config.toml by hand")]
+            return [
+                Finding(
+                    check="codex.trust", harness="codex", status="fail", message=f"{exc}", fix="fix config.toml by hand"
+                )
+            ]
         untrusted = []
         for settings, f in ours:
             group, handler = (
@@ -498,27 +545,34 @@ def check_codex_trust(
                 untrusted.append(f.event)
         if untrusted:
             return [
-                Check(
-                    "codex.trust",
-                    "codex",
-                    "fail",
-                    f"Codex has no trust recorded for the cbhook hook on {', '.join(untrusted)} ({listed}; read "
-                    f"{config} instead): it skips an untrusted hook without a word, and `codex exec` then runs every "
-                    "call unchecked",
-                    f"{fix}, or review the hooks in codex's /hooks",
+                Finding(
+                    check="codex.trust",
+                    harness="codex",
+                    status="fail",
+                    message=f"Codex has no trust recorded for the cbhook hook on {', '.join(untrusted)} "
+                    f"({listed}; read {config} instead): it skips an untrusted hook without a word, and "
+                    "`codex exec` then runs every call unchecked",
+                    fix=f"{fix}, or review the hooks in codex's /hooks",
                 )
             ]
-        return [Check("codex.trust", "codex", "ok", f"the cbhook hooks' trust is recorded in {config} ({listed})")]
+        return [
+            Finding(
+                check="codex.trust",
+                harness="codex",
+                status="ok",
+                message=f"the cbhook hooks' trust is recorded in {config} ({listed})",
+            )
+        ]
     mine = [h for h in listed if is_cbhook(h.get("command"))]
     if not mine:
         return [
-            Check(
-                "codex.trust",
-                "codex",
-                "fail",
-                "Codex does not load the cbhook hooks at all (asked with `codex app-server`): a project's .codex/ is "
-                "read only in a trusted project",
-                f"{fix}, or trust the project in codex",
+            Finding(
+                check="codex.trust",
+                harness="codex",
+                status="fail",
+                message="Codex does not load the cbhook hooks at all (asked with `codex app-server`): a "
+                "project's .codex/ is read only in a trusted project",
+                fix=f"{fix}, or trust the project in codex",
             )
         ]
     bad = [h for h in mine if h.get("trustStatus") not in ("trusted", "managed") or h.get("enabled") is False]
@@ -528,19 +582,22 @@ def check_codex_trust(
             for h in bad
         )
         return [
-            Check(
-                "codex.trust",
-                "codex",
-                "fail",
-                f"Codex does not run the cbhook hooks on {what}: it skips an untrusted (or modified) hook without a "
-                "word, and headless `codex exec` then runs every call unchecked (unless given "
+            Finding(
+                check="codex.trust",
+                harness="codex",
+                status="fail",
+                message=f"Codex does not run the cbhook hooks on {what}: it skips an untrusted (or modified) "
+                "hook without a word, and headless `codex exec` then runs every call unchecked (unless given "
                 "--dangerously-bypass-hook-trust)",
-                f"{fix} (it records the trust), or review the hooks in codex's /hooks",
+                fix=f"{fix} (it records the trust), or review the hooks in codex's /hooks",
             )
         ]
     return [
-        Check(
-            "codex.trust", "codex", "ok", f"Codex trusts the cbhook hooks ({len(mine)}, asked with `codex app-server`)"
+        Finding(
+            check="codex.trust",
+            harness="codex",
+            status="ok",
+            message=f"Codex trusts the cbhook hooks ({len(mine)}, asked with `codex app-server`)",
         )
     ]
 
@@ -548,24 +605,24 @@ def check_codex_trust(
 # -- dsh -----------------------------------------------------------------------------------------
 
 
-def check_dsh(places: Places, sockets: set[Path], default: Path) -> list[Check]:
+def check_dsh(places: Places, sockets: set[Path], default: Path) -> list[Finding]:
     from breaker.hook import plugin_dir
 
     home = places.dsh_home()
     fix = _setup("dsh", places)
-    layers: dict[str, dsh.Layer] = {}
-    out: list[Check] = []
+    layers: dict[str, dsh.ParsedLayer] = {}
+    out: list[Finding] = []
     candidates = {"": places.dsh_layer()}
     profiles = dsh.read_profiles(home)
     bundles = profiles.bundles
     for profile, why in profiles.problems.items():
         out.append(
-            Check(
-                "dsh.profile",
-                "dsh",
-                "warn",
-                f"{why}: doctor cannot tell whether dsh profile {profile} loads the plugin",
-                "fix the file by hand",
+            Finding(
+                check="dsh.profile",
+                harness="dsh",
+                status="warn",
+                message=f"{why}: doctor cannot tell whether dsh profile {profile} loads the plugin",
+                fix="fix the file by hand",
             )
         )
     for profile in [*bundles, *profiles.problems]:
@@ -574,7 +631,9 @@ def check_dsh(places: Places, sockets: set[Path], default: Path) -> list[Check]:
         try:
             text = decode(path, read(path))
         except SetupError as exc:
-            out.append(Check("dsh.layer", "dsh", "fail", f"{exc}", "fix the file by hand"))
+            out.append(
+                Finding(check="dsh.layer", harness="dsh", status="fail", message=f"{exc}", fix="fix the file by hand")
+            )
             continue
         if text is None:
             continue
@@ -582,25 +641,25 @@ def check_dsh(places: Places, sockets: set[Path], default: Path) -> list[Check]:
             layer = dsh.read_layer_file(path, text)
         except PatchError as exc:
             out.append(
-                Check(
-                    "dsh.layer",
-                    "dsh",
-                    "fail",
-                    f"{exc}: dsh refuses to start{' profile ' + profile if profile else ''} with it (and the guard "
-                    "runs with the built-in defaults)",
-                    "fix the file by hand (a file that holds `[]` takes no rows after it: replace the `[]`)",
+                Finding(
+                    check="dsh.layer",
+                    harness="dsh",
+                    status="fail",
+                    message=f"{exc}: dsh refuses to start{' profile ' + profile if profile else ''} with it "
+                    "(and the guard runs with the built-in defaults)",
+                    fix="fix the file by hand (a file that holds `[]` takes no rows after it: replace the `[]`)",
                 )
             )
             continue
         if layer.root is None:
             out.append(
-                Check(
-                    "dsh.layer",
-                    "dsh",
-                    "fail",
-                    f"{path}: holds no list (an empty file, or only comments): dsh refuses to start"
+                Finding(
+                    check="dsh.layer",
+                    harness="dsh",
+                    status="fail",
+                    message=f"{path}: holds no list (an empty file, or only comments): dsh refuses to start"
                     f"{' profile ' + profile if profile else ''} with it (a patch layer must be a YAML list)",
-                    "write `[]` in it, or delete it",
+                    fix="write `[]` in it, or delete it",
                 )
             )
             continue
@@ -618,65 +677,71 @@ def check_dsh(places: Places, sockets: set[Path], default: Path) -> list[Check]:
             continue
         if not isinstance(name, str) or not os.path.exists(name):
             out.append(
-                Check(
-                    "dsh.plugin",
-                    "dsh",
-                    "fail",
-                    f"{layer.path}: the circuit-breaker row loads {name!r}, which does not exist",
-                    fix,
+                Finding(
+                    check="dsh.plugin",
+                    harness="dsh",
+                    status="fail",
+                    message=f"{layer.path}: the circuit-breaker row loads {name!r}, which does not exist",
+                    fix=fix,
                 )
             )
         elif os.path.realpath(name) not in (os.path.realpath(plugin), os.path.realpath(plugin_dir())):
             out.append(
-                Check(
-                    "dsh.plugin",
-                    "dsh",
-                    "fail",
-                    f"{layer.path}: the circuit-breaker row loads {name}, another installation's plugin, not {plugin}",
-                    fix,
+                Finding(
+                    check="dsh.plugin",
+                    harness="dsh",
+                    status="fail",
+                    message=f"{layer.path}: the circuit-breaker row loads {name}, another installation's "
+                    f"plugin, not {plugin}",
+                    fix=fix,
                 )
             )
     bundled = {p for p, b in bundles.items() if dsh.BUNDLE in b}
     covered = {p for p, _layer, _row in rows}
     if not rows and not bundled:
         out.append(
-            Check(
-                "dsh.plugin",
-                "dsh",
-                "fail",
-                f"dsh is installed, but no patch layer ({places.dsh_layer()} or a profile's) loads the circuit-breaker "
-                "plugin: its tool calls are not checked by the guard",
-                fix,
+            Finding(
+                check="dsh.plugin",
+                harness="dsh",
+                status="fail",
+                message=f"dsh is installed, but no patch layer ({places.dsh_layer()} or a profile's) loads "
+                "the circuit-breaker plugin: its tool calls are not checked by the guard",
+                fix=fix,
             )
         )
     elif "" not in covered:
         bare = sorted(p for p in bundles if p not in covered and p not in bundled)
         if bare:
             out.append(
-                Check(
-                    "dsh.plugin",
-                    "dsh",
-                    "warn",
-                    f"dsh profiles {', '.join(bare)} do not load the plugin "
+                Finding(
+                    check="dsh.plugin",
+                    harness="dsh",
+                    status="warn",
+                    message=f"dsh profiles {', '.join(bare)} do not load the plugin "
                     f"(only {', '.join(sorted(covered | bundled))} do)",
-                    fix,
+                    fix=fix,
                 )
             )
     if not any(c.check == "dsh.plugin" and c.status == "fail" for c in out) and (rows or bundled):
-        out.insert(0, Check("dsh.plugin", "dsh", "ok", "a patch layer loads the circuit-breaker plugin"))
+        out.insert(
+            0,
+            Finding(
+                check="dsh.plugin", harness="dsh", status="ok", message="a patch layer loads the circuit-breaker plugin"
+            ),
+        )
     home_layer = layers.get("")
     if home_layer is None or not home_layer.hmr_enabled():
         lacking = sorted(p for p in bundles if p not in layers or not layers[p].hmr_enabled())
         if lacking or not bundles:
             where = f"profiles {', '.join(lacking)}" if lacking else "any profile"
             out.append(
-                Check(
-                    "dsh.hmr",
-                    "dsh",
-                    "fail",
-                    f'no patch layer enables the `hmr` row for {where}: dsh 0.1.0-rc.8 then refuses to start ("user '
-                    'patch-layer watching requires the Cordis HMR service")',
-                    fix,
+                Finding(
+                    check="dsh.hmr",
+                    harness="dsh",
+                    status="fail",
+                    message=f"no patch layer enables the `hmr` row for {where}: dsh 0.1.0-rc.8 then refuses "
+                    'to start ("user patch-layer watching requires the Cordis HMR service")',
+                    fix=fix,
                 )
             )
     return out
@@ -685,7 +750,7 @@ def check_dsh(places: Places, sockets: set[Path], default: Path) -> list[Check]:
 # -- all of it ------------------------------------------------------------------------------------
 
 
-def run_checks(places: Places, socket: Path | None = None) -> list[Check]:
+def run_checks(places: Places, socket: Path | None = None) -> list[Finding]:
     """Every check, in order: the guard's socket(s), then each harness."""
     from concurrent.futures import ThreadPoolExecutor
 
@@ -701,17 +766,21 @@ def run_checks(places: Places, socket: Path | None = None) -> list[Check]:
             h: pool.submit(version_of, p, places, h) for h, p in programs.items() if p is not None and h != "cursor"
         }
         found_versions = {h: f.result() for h, f in versions.items()}
-    harness_checks: list[Check] = []
+    harness_checks: list[Finding] = []
     for harness in NAMES:
         program = programs[harness]
         if program is None:
-            harness_checks.append(Check(harness, harness, "skip", f"{NAMES[harness]} is not installed here"))
+            harness_checks.append(
+                Finding(
+                    check=harness, harness=harness, status="skip", message=f"{NAMES[harness]} is not installed here"
+                )
+            )
             continue
         harness_checks.append(check_version(harness, program, found_versions.get(harness)))
         if harness == "dsh":
             harness_checks += check_dsh(places, sockets, default)
             continue
-        checks: list[Check] = []
+        checks: list[Finding] = []
         paths = [places.settings_file(harness)] + ([places.settings_file(harness, project)] if project else [])
         files = [s for s in (_read_settings(harness, p, checks) for p in paths) if s is not None]
         if not checks:

@@ -24,9 +24,8 @@ from breaker.patch import ROW_ID, PatchError, parse_entries
 __all__ = [
     "BUNDLE",
     "HMR_ROW",
-    "Layer",
+    "ParsedLayer",
     "Profiles",
-    "is_plugin_name",
     "only_header",
     "read_layer_file",
     "read_profiles",
@@ -37,16 +36,6 @@ HMR_ROW: dict[str, Any] = {"id": "hmr", "disabled": False, "config": {"root": []
 HEADER = "# cordis patch layer (dsh): rows here apply after the bundles'. Written by `cbconsole setup dsh`.\n"
 
 
-def is_plugin_name(name: Any) -> bool:
-    """Whether a row's `name` loads cbconsole's plugin: the bundle, or a path to the plugin's directory or file."""
-    if not isinstance(name, str):
-        return False
-    if name == BUNDLE:
-        return True
-    parts = Path(name).parts
-    return "dsh_plugin" in parts[-2:] or parts[-1:] == ("dsh_plugin",)
-
-
 def _pairs(node: Node) -> dict[str, Node]:
     if not isinstance(node, MappingNode):
         return {}
@@ -54,7 +43,7 @@ def _pairs(node: Node) -> dict[str, Node]:
 
 
 @dataclass
-class Layer:
+class ParsedLayer:
     """One patch layer file, parsed: its text, its top-level list node and the entries' values."""
 
     path: Path
@@ -229,7 +218,7 @@ def _flow(value: Any) -> str:
     return json.dumps(value)
 
 
-def read_layer_file(path: Path, text: str | None) -> Layer:
+def read_layer_file(path: Path, text: str | None) -> ParsedLayer:
     """A layer file parsed as dsh would refuse it (PatchError with the line) or use it."""
     try:
         root, entries = parse_entries(path, text or "")
@@ -237,7 +226,7 @@ def read_layer_file(path: Path, text: str | None) -> Layer:
         line = (text or "").count("\n", 0, exc.position) + 1
         what = f"the character U+{exc.character:04X}" if isinstance(exc.character, int) else "a character"
         raise PatchError(path, f"is not valid YAML: it holds {what}, which YAML does not allow", line) from None
-    return Layer(path, text or "", root, entries)
+    return ParsedLayer(path, text or "", root, entries)
 
 
 MAX_MANIFEST_BYTES = 1024 * 1024  # a profile's package.json is a few hundred bytes

@@ -36,7 +36,6 @@ __all__ = [
     "find_program",
     "hook_file",
     "is_cbhook",
-    "program_of",
     "resolve_name",
     "settings_snippet",
 ]
@@ -143,11 +142,6 @@ def settings_snippet(harness: str, command: str = "cbhook") -> dict[str, Any]:
 
 
 # -- cbhook ---------------------------------------------------------------------------------------
-
-
-def program_of(command: str) -> str:
-    """The program a hook command runs (its first word)."""
-    return _words(command)[0] if _words(command) else ""
 
 
 def _words(command: str) -> list[str]:

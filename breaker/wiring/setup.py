@@ -17,7 +17,7 @@ import argparse
 import os
 import sys
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -40,48 +40,17 @@ from breaker.wiring.harnesses import (
     NAMES,
     Hook,
     Places,
-    cbhook_command,
     entry,
     hook_file,
     is_cbhook,
     resolve_name,
 )
 from breaker.wiring.jsontext import Document, JsonTextError, lookup
+from breaker.wiring.options import Options, Plan
 
-__all__ = ["Found", "Options", "Plan", "cbhook_entries", "main", "plan"]
+__all__ = ["Found", "cbhook_entries", "main", "plan"]
 
 _MISSING = object()
-
-
-@dataclass(frozen=True)
-class Options:
-    """What one `cbconsole setup` run was asked."""
-
-    harness: str
-    places: Places
-    cbhook: Path
-    project: Path | None = None
-    profile: str | None = None  # dsh: a profile's layer instead of $DSH_HOME's
-    socket: str | None = None
-    fail_closed: bool = False
-    keep_loop_detector: bool = False  # gemini: leave Gemini CLI's own loop detector as it is
-    remove: bool = False
-
-    @property
-    def command(self) -> str:
-        return cbhook_command(self.cbhook, socket=self.socket, fail_closed=self.fail_closed)
-
-
-@dataclass
-class Plan:
-    """Every file one run changes, in the order they are written, and what to tell the user."""
-
-    changes: list[Change] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-
-    @property
-    def changed(self) -> list[Change]:
-        return [c for c in self.changes if c.changed]
 
 
 # -- the JSON settings of the command-hook harnesses ----------------------------------------------

@@ -12,9 +12,9 @@ from typing import Any
 from breaker.hook import plugin_dir
 from breaker.patch import PatchError
 from breaker.wiring import dsh
-from breaker.wiring.dsh import Layer
+from breaker.wiring.dsh import ParsedLayer
 from breaker.wiring.files import Change, SetupError, backup_path, decode, read, read_backup
-from breaker.wiring.setup import Options, Plan
+from breaker.wiring.options import Options, Plan
 
 __all__ = ["plan_dsh"]
 
@@ -37,7 +37,7 @@ def plan_dsh(options: Options) -> Plan:
     return plan
 
 
-def _layer(path: Path, text: str | None) -> Layer:
+def _layer(path: Path, text: str | None) -> ParsedLayer:
     """The patch layer file parsed; SetupError naming its line if dsh would refuse it."""
 
     try:
@@ -49,7 +49,7 @@ def _layer(path: Path, text: str | None) -> Layer:
         ) from None
 
 
-def _dsh_written(options: Options, layer: Layer) -> tuple[str, list[str]]:
+def _dsh_written(options: Options, layer: ParsedLayer) -> tuple[str, list[str]]:
     """The text setup writes over a layer's, and what to tell the user about it."""
     places, path = options.places, layer.path
     plugin = os.path.join(plugin_dir(), "index.mjs")
@@ -109,7 +109,7 @@ def _dsh_written(options: Options, layer: Layer) -> tuple[str, list[str]]:
     return new_text, notes
 
 
-def _dsh_wrote(options: Options, layer: Layer, original: str) -> bool:
+def _dsh_wrote(options: Options, layer: ParsedLayer, original: str) -> bool:
     """Whether the layer's text is exactly what setup writes over `original` (with the guardSocket and
     failClosed its plugin row holds)."""
 
@@ -132,7 +132,7 @@ def _dsh_wrote(options: Options, layer: Layer, original: str) -> bool:
     return bool(written == layer.text)
 
 
-def _remove_dsh(options: Options, path: Path, old: bytes | None, layer: Layer) -> Plan:
+def _remove_dsh(options: Options, path: Path, old: bytes | None, layer: ParsedLayer) -> Plan:
     """As `_remove_json`: the original back if the layer is exactly what setup wrote over it, else only
     setup's rows taken out."""
 

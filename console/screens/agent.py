@@ -30,7 +30,7 @@ from console.widgets.line import Line
 from console.widgets.rows import update_cells
 
 if TYPE_CHECKING:
-    from console.state import Agent
+    from console.state import ConsoleAgent
 
 __all__ = ["AgentScreen", "family_text", "head_text"]
 
@@ -40,7 +40,7 @@ KEY_COLUMNS = ("count", "preview")  # the repeated-keys table's columns
 FAMILY_SHOWN = 8  # subagents named on the family line; the rest are counted
 
 
-def head_text(agent: Agent | None, agent_id: str, colors: Mapping[str, str], now: float) -> Text:
+def head_text(agent: ConsoleAgent | None, agent_id: str, colors: Mapping[str, str], now: float) -> Text:
     """Two lines: who it is and its status; then its counts against the limits in force, its overrides."""
     top = Text(no_wrap=True, overflow="ellipsis")
     top.append_text(plain(agent_id, style="bold"))

@@ -24,7 +24,7 @@ from console.screens.config import ConfigScreen
 from console.screens.confirm import Choice, ConfirmScreen
 from console.screens.help import HelpScreen, keys_in_force
 from console.session import GuardSession
-from console.state import ConsoleState, GuardView
+from console.state import ConsoleGuard, ConsoleState
 from console.themes import THEME_VARIABLES
 from console.widgets.activity import ActivityChart
 from console.widgets.agents import AgentsTable
@@ -50,11 +50,6 @@ TALL = 32  # rows from which they get their full height
 # 73-93 ms at twice a second).
 KEYS_PER_S = 2.0
 KEYS_BURST = 3.0
-
-
-def _op(method: Callable[..., Awaitable[T]], *args: Any) -> Callable[[GuardLink], Awaitable[T]]:
-    """One of GuardLink's ops with its arguments bound, for `ask_guard` (one per agent, in a loop)."""
-    return lambda link: method(link, *args)
 
 
 class MainScreen(Screen[None]):
@@ -291,7 +286,7 @@ class MainScreen(Screen[None]):
         """Run an operator op on guard number `guard`; None (and the operator told why) if it failed."""
         return await self.actions.ask(what, op, guard)
 
-    def selected_guard(self) -> GuardView:
+    def selected_guard(self) -> ConsoleGuard:
         """The guard of the selected agent: the one the config, exempt and pause keys act on."""
         return self.state.guard_of(self.agents_table.selected)
 

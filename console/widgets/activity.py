@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from rich.text import Text
 from textual.widgets import Static
 
-from console.state import Activity, Tally
+from console.state import Activity, ActivitySecond
 
 __all__ = ["ActivityChart", "activity_label", "bars"]
 
@@ -19,7 +19,7 @@ def _span(seconds: int) -> str:
     return f"{seconds // 60} min" if seconds % 60 == 0 else f"{seconds} s"
 
 
-def activity_label(tallies: Sequence[Tally], colors: Mapping[str, str]) -> Text:
+def activity_label(tallies: Sequence[ActivitySecond], colors: Mapping[str, str]) -> Text:
     """`activity · last 5 min · peak 47 checks/s · 12 denies`: the busiest second and the denies over the span."""
     peak = max((t.checks for t in tallies), default=0)
     denies = sum(t.denies for t in tallies)
@@ -31,7 +31,7 @@ def activity_label(tallies: Sequence[Tally], colors: Mapping[str, str]) -> Text:
     return text
 
 
-def bars(tallies: Sequence[Tally], width: int, rows: int, colors: Mapping[str, str]) -> Text:
+def bars(tallies: Sequence[ActivitySecond], width: int, rows: int, colors: Mapping[str, str]) -> Text:
     """`rows` lines of bars `width` cells wide, newest on the right: each column the checks per second of its
     seconds (all of them: a column stands for several seconds when the width is less than their number),
     scaled to the busiest column. A column's cells that its denies reach are in the trip colour, at least

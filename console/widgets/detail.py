@@ -8,7 +8,7 @@ from collections.abc import Collection, Mapping
 from rich.text import Text
 from textual.widgets import Static
 
-from console.state import Agent
+from console.state import ConsoleAgent
 from console.widgets.cells import age, by_kind, own_limits, plain, sparkline
 
 __all__ = ["AgentDetail", "counts_text"]
@@ -46,7 +46,7 @@ class AgentDetail(Static):
 
     def show(
         self,
-        agent: Agent | None,
+        agent: ConsoleAgent | None,
         marked: int,
         colors: Mapping[str, str],
         *,
@@ -104,7 +104,7 @@ class AgentDetail(Static):
         self._lines = len(lines)
 
     @staticmethod
-    def _hidden_columns(agent: Agent, hidden: Collection[str], now: float, colors: Mapping[str, str]) -> Text:
+    def _hidden_columns(agent: ConsoleAgent, hidden: Collection[str], now: float, colors: Mapping[str, str]) -> Text:
         """The hidden columns of the agents table (harness and parent are on the first line), in its words."""
         d = agent.data
         parts: list[tuple[str, Text]] = []

@@ -9,7 +9,7 @@ from textual.widgets import Static
 
 from breaker.config import KEYS, SETTINGS
 from breaker.protocol import GuardStats
-from console.state import ConsoleState, GuardView
+from console.state import ConsoleGuard, ConsoleState
 from console.widgets.cells import by_kind, plain
 
 __all__ = ["GuardHeader"]
@@ -24,7 +24,7 @@ _NARROWER = ((True, True, True), (True, True, False), (True, False, False), (Fal
 _STATUS_ROLE = {"running": "ok", "attached": "ok", "restarting": "warn", "starting": "warn"}
 
 
-def summed(views: list[GuardView]) -> GuardStats:
+def summed(views: list[ConsoleGuard]) -> GuardStats:
     """Several guards' counters as one: what the counts line says over several guards."""
     out = GuardStats()
     for view in views:
@@ -46,7 +46,7 @@ class GuardHeader(Static):
     """
 
     # what show() was last given
-    _shown: tuple[ConsoleState, Mapping[str, str], bool, bool, GuardView | None] | None = None
+    _shown: tuple[ConsoleState, Mapping[str, str], bool, bool, ConsoleGuard | None] | None = None
 
     def show(
         self,
@@ -54,7 +54,7 @@ class GuardHeader(Static):
         colors: Mapping[str, str],
         readonly: bool,
         frozen: bool,
-        view: GuardView | None = None,
+        view: ConsoleGuard | None = None,
     ) -> None:
         """The guard's status, counts and config; over several guards each one's status, every guard's counts, and
         the config of `view` (the selected agent's guard)."""
@@ -128,7 +128,7 @@ class GuardHeader(Static):
         self.update(text, layout=False)  # three lines, always
 
     @staticmethod
-    def _guard_line(view: GuardView, stats: GuardStats, colors: Mapping[str, str]) -> Text:
+    def _guard_line(view: ConsoleGuard, stats: GuardStats, colors: Mapping[str, str]) -> Text:
         role = _STATUS_ROLE.get(view.status, "trip")
         line = Text(no_wrap=True, overflow="ellipsis")
         line.append("● ", style=colors[role])

@@ -57,7 +57,7 @@ def start_guard(tmp: Path) -> tuple[subprocess.Popen, Path, Path]:
     env.pop("CBCONSOLE_SOCKET", None)
     env.pop("CBCONSOLE_OPERATOR_SOCKET", None)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "console.cli", "--headless", "--socket", str(socket_path), "--patch", str(patch)],
+        [sys.executable, "-m", "breaker.cli", "--headless", "--socket", str(socket_path), "--patch", str(patch)],
         cwd=ROOT,
         env=env,
         stderr=open(tmp / "guard.log", "wb"),

@@ -116,7 +116,7 @@ def start_guard(d: str) -> tuple[subprocess.Popen, str]:
         [
             sys.executable,
             "-m",
-            "console.cli",
+            "breaker.cli",
             "--headless",
             "--socket",
             sock,

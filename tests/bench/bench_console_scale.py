@@ -65,7 +65,7 @@ def start_guard(d: str) -> tuple[subprocess.Popen[bytes], str]:
         [
             sys.executable,
             "-m",
-            "console.cli",
+            "breaker.cli",
             "--headless",
             "--socket",
             sock,

@@ -112,7 +112,7 @@ def console_child(operators: list[str], total: int, presses: int) -> None:
     from textual import events
 
     from console.app import CBConsole
-    from console.session import FleetSession, Member
+    from console.session import FleetMember, FleetSession
     from console.widgets.agents import AgentsTable
 
     gc.collect()
@@ -122,7 +122,7 @@ def console_child(operators: list[str], total: int, presses: int) -> None:
         from console.session import AttachedGuard
 
         session = (
-            FleetSession([Member("", Path(o)) for o in operators])
+            FleetSession([FleetMember("", Path(o)) for o in operators])
             if len(operators) > 1
             else AttachedGuard(Path(operators[0]), Path(operators[0]))
         )

@@ -52,7 +52,7 @@ def start_guard(socket_path: Path, layer: Path, log: Path) -> subprocess.Popen:
     env = {k: v for k, v in os.environ.items() if k != "CBCONSOLE_SOCKET"}
     env["XDG_STATE_HOME"] = str(log.parent / "state")
     proc = subprocess.Popen(
-        [str(PYTHON), "-m", "console.cli", "--headless", "--socket", str(socket_path), "--patch", str(layer)],
+        [str(PYTHON), "-m", "breaker.cli", "--headless", "--socket", str(socket_path), "--patch", str(layer)],
         cwd=ROOT,
         env=env,
         stdout=subprocess.DEVNULL,

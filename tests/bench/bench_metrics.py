@@ -41,7 +41,7 @@ def start_guard(
     path = os.path.join(run, "guard.sock")
     environ = {**os.environ, "DSH_HOME": os.path.join(d, f"{name}-dsh"), "XDG_STATE_HOME": os.path.join(d, "state")}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "console.cli", "--headless", "--socket", path, "--log-level", "warning", *flags],
+        [sys.executable, "-m", "breaker.cli", "--headless", "--socket", path, "--log-level", "warning", *flags],
         cwd=ROOT,
         env={**environ, **(env or {})},
         stdout=subprocess.DEVNULL,

@@ -168,7 +168,7 @@ def main() -> None:
         echo = subprocess.Popen([sys.executable, "-c", ECHO_SERVER, echo_path], stdout=subprocess.DEVNULL)
         env = {**os.environ, "DSH_HOME": os.path.join(d, "dsh"), "XDG_STATE_HOME": os.path.join(d, "state")}
         guard = subprocess.Popen(
-            [sys.executable, "-m", "console.cli", "--headless", "--socket", guard_path, "--log-level", "warning"],
+            [sys.executable, "-m", "breaker.cli", "--headless", "--socket", guard_path, "--log-level", "warning"],
             cwd=ROOT,
             env=env,
         )

@@ -48,7 +48,7 @@ def start_guard(d: Path, name: str, *args: str) -> tuple[subprocess.Popen, Path,
     operator = d / f"{name}-operator" / "operator.sock"
     env = {**os.environ, "DSH_HOME": str(d / "dsh"), "XDG_STATE_HOME": str(d / f"{name}-state")}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "console.cli", "--headless", "--socket", str(sock), "--log-level", "warning", *args],
+        [sys.executable, "-m", "breaker.cli", "--headless", "--socket", str(sock), "--log-level", "warning", *args],
         cwd=ROOT,
         env=env,
     )

@@ -53,9 +53,9 @@ def build(model: ScriptedModel, tools: list[Any], name: str = "searcher") -> Age
     if opts.unguarded:
         return Agent(name=name, model=model, tools=tools)
     if opts.fail_closed:
-        from breaker.integrations.openai_agents import CircuitBreaker
+        from breaker.integrations.openai_agents import OpenAIAgentsGuard
 
-        return CircuitBreaker(fail_closed=True, socket_path=opts.socket).guard(
+        return OpenAIAgentsGuard(fail_closed=True, socket_path=opts.socket).guard(
             Agent(name=name, model=model, tools=tools)
         )
     return run_doc("openai-agents", model=model, tools=tools, name=name)["agent"]
@@ -92,9 +92,9 @@ def run_nested(model: ScriptedModel) -> str:
         return [function_call(handoff_tool, {}, call_id="call_handoff_1")]
 
     triage_model = ScriptedModel([ModelStep.respond(triage_respond) for _ in range(3)])
-    from breaker.integrations.openai_agents import CircuitBreaker
+    from breaker.integrations.openai_agents import OpenAIAgentsGuard
 
-    agent = CircuitBreaker().guard(Agent(name="triage", model=triage_model, tools=[plan], handoffs=[searcher]))
+    agent = OpenAIAgentsGuard().guard(Agent(name="triage", model=triage_model, tools=[plan], handoffs=[searcher]))
     result = Runner.run_sync(agent, "Find cbprobe.", max_turns=50, run_config=RunConfig(group_id="conversation-1"))
     return str(result.final_output)
 

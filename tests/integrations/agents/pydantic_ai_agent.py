@@ -43,9 +43,9 @@ def build(model: FunctionModel, tools: list[Any]) -> Agent[Any, str]:
     if opts.unguarded:
         return Agent(model, tools=tools)
     if opts.fail_closed:
-        from breaker.integrations.pydantic_ai import CircuitBreaker
+        from breaker.integrations.pydantic_ai import PydanticAIGuard
 
-        return Agent(model, tools=tools, capabilities=[CircuitBreaker(fail_closed=True, socket_path=opts.socket)])
+        return Agent(model, tools=tools, capabilities=[PydanticAIGuard(fail_closed=True, socket_path=opts.socket)])
     return run_doc("pydantic-ai", model=model, tools=tools)["agent"]
 
 

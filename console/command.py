@@ -1,4 +1,6 @@
-"""The `cbconsole` command: the console (default), the headless guard, or attaching to a running one."""
+"""The console's side of the `cbconsole` command (`breaker.cli` imports it by name when it runs): the console's
+flags, checked, then one guard session and the app. Textual is imported only for the screen, once the flags are
+good: `cbconsole --help`, `--version` and a mistyped flag answer without it."""
 
 from __future__ import annotations
 
@@ -18,7 +20,9 @@ from breaker.paths import (
 )
 
 if TYPE_CHECKING:
-    from console.session import Member
+    from console.session import FleetMember
+
+__all__ = ["main", "parser"]
 
 
 def parser() -> argparse.ArgumentParser:
@@ -85,11 +89,6 @@ def _absolute(path: str) -> Path:
     return Path(path).expanduser().absolute()
 
 
-def _headless_args(argv: list[str]) -> list[str]:
-    """`cbconsole --headless …` is `python -m breaker.headless …`: the guard's own entry point."""
-    return [a for a in argv if a != "--headless"]
-
-
 def _unknown_theme(name: str) -> str | None:
     """Why `--theme name` names no theme (what there is, where a user's own go), or None if it does."""
     from console.themes import load_themes, user_theme_dir
@@ -104,12 +103,12 @@ def _unknown_theme(name: str) -> str | None:
     )
 
 
-def _members(specs: list[str], socket_path: Path, operator_socket: Path | None) -> list[Member] | str:
+def _members(specs: list[str], socket_path: Path, operator_socket: Path | None) -> list[FleetMember] | str:
     """The guards `--attach [NAME=]PATH …` names, or why they are not right. `--attach` alone is the guard on
     `--socket` (or the default socket); NAME= is taken when the text before the first `=` has no `/`."""
-    from console.session import Member, operator_socket_for
+    from console.session import FleetMember, operator_socket_for
 
-    members: list[Member] = []
+    members: list[FleetMember] = []
     for spec in specs:
         name, sep, path = spec.partition("=")
         if not sep or "/" in name:
@@ -119,31 +118,21 @@ def _members(specs: list[str], socket_path: Path, operator_socket: Path | None) 
         if not path:
             if len(specs) > 1:
                 return "--attach without a PATH attaches to one guard only; give each guard its PATH"
-            members.append(Member(name, operator_socket or default_operator_socket_path(socket_path)))
+            members.append(FleetMember(name, operator_socket or default_operator_socket_path(socket_path)))
             continue
         if len(specs) > 1 and operator_socket is not None:
             return "--operator-socket names one guard's operator socket; with several --attach, give each its PATH"
-        members.append(Member(name.strip(), operator_socket or operator_socket_for(Path(path))))
+        members.append(FleetMember(name.strip(), operator_socket or operator_socket_for(Path(path))))
     sockets = [str(m.operator_socket) for m in members]
     if len(set(sockets)) < len(sockets):
         return f"--attach names the same guard twice: {sorted(s for s in sockets if sockets.count(s) > 1)[0]}"
     return members
 
 
-def main(argv: list[str] | None = None) -> int:
-    raw = sys.argv[1:] if argv is None else argv
-    if raw and raw[0] in ("setup", "doctor"):
-        # `cbconsole setup`/`doctor` wire the harnesses and check them: the guard side's own commands, run
-        # from the user's shell (no socket reaches them), with no console code and no guard needed.
-        from breaker.wiring import cli
-
-        return cli.main(raw)
-    if "--headless" in raw:  # the guard's own parser takes every flag (--metrics, --otel, ...) and its --help
-        from breaker.headless import main as headless
-
-        return headless(_headless_args(raw))
+def main(argv: list[str]) -> int:
+    """`cbconsole [flags]`: `breaker.cli` has handed `setup`, `doctor` and `--headless` to the guard side."""
     p = parser()
-    args = p.parse_args(raw)
+    args = p.parse_args(argv)
     if problem := missing_layer(args.patch, args.profile):
         p.error(problem)  # a typo would start the guard on other limits: refused before the screen starts
     socket_path = Path(args.socket).expanduser() if args.socket else default_socket_path()
@@ -198,7 +187,3 @@ def main(argv: list[str] | None = None) -> int:
         session = OwnGuard(socket_path, operator_socket, options, leave_running=args.leave_running)
     app = CBConsole(session, theme=args.theme, readonly=args.readonly)
     return app.run() or 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
