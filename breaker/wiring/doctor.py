@@ -78,6 +78,7 @@ def _setup(harness: str, places: Places, project: Path | None = None) -> str:
 
 def check_guard(path: Path) -> Check:
     from breaker.client import GuardClient, GuardError
+    from breaker.protocol import Ping
     from breaker.wire import GuardUnavailable
 
     start = "start it: `cbconsole` (the console, with the guard as its child) or `cbconsole --headless`"
@@ -100,12 +101,15 @@ def check_guard(path: Path) -> Check:
         )
     client = GuardClient(path, timeout=3.0, hello=False)
     try:
-        reply = client.request("ping")
+        client.request(Ping())
     except (GuardUnavailable, OSError) as exc:
         return Check(
             "guard", None, "fail", f"the guard at {path} does not answer ({exc}): tool calls run unchecked", start
         )
     except GuardError as exc:
+        if exc.code == "bad_reply":  # an answer, but not an error and not a pong
+            message = f"the socket at {path} does not answer as the guard does ({exc.message:.200})"
+            return Check("guard", None, "fail", message, start)
         return Check(
             "guard",
             None,
@@ -116,10 +120,6 @@ def check_guard(path: Path) -> Check:
         )
     finally:
         client.close()
-    if not reply.get("pong"):
-        return Check(
-            "guard", None, "fail", f"the socket at {path} answered {reply!r:.200}, not as the guard does", start
-        )
     return Check("guard", None, "ok", f"the guard answers at {path}")
 
 
