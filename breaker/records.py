@@ -15,18 +15,11 @@ __all__ = ["AgentRow", "KeyRow", "from_json"]
 
 
 # -- the decoder --------------------------------------------------------------------------------------
+#
+# Each record type gets a decoder written from its fields once (as `dataclasses` writes `__init__`): one
+# type test per field, inline, as fast as a hand-written `from_json`, and never out of step with the fields.
 
 _MISSING = object()
-Read = Callable[[Any], Any]  # a field's value as the wire gave it -> its value, or _MISSING if unusable
-
-
-def _scalar(kind: type) -> Read:
-    if kind is float:
-        return lambda v: float(v) if type(v) is float or type(v) is int else _MISSING
-    return lambda v: v if type(v) is kind else _MISSING
-
-
-_SCALARS = {"str": str, "int": int, "float": float, "bool": bool}
 _NESTED: dict[str, Any] = {}  # record types other records hold, by name (see `nested`)
 
 
@@ -36,48 +29,52 @@ def nested(cls: Any) -> Any:
     return cls
 
 
-def _reader(annotation: str) -> Read:
-    """How to read a value of the type `annotation` names (as written in a record's class body)."""
-    kind = annotation.replace(" ", "")
+def _convert(kind: str, names: dict[str, Any]) -> list[str]:
+    """Lines that turn `v` (present in the frame) into a value of the type `kind` names, or into M if it cannot
+    be one. `names` takes the record types the lines use."""
     if kind.endswith("|None"):
-        inner = _reader(kind[: -len("|None")])
-        return lambda v: None if v is None else inner(v)
-    if kind in _SCALARS:
-        return _scalar(_SCALARS[kind])
+        return ["if v is not None:", *("    " + line for line in _convert(kind[: -len("|None")], names))]
+    if kind in ("str", "int", "bool"):
+        return [f"if type(v) is not {kind}: v = M"]
+    if kind == "float":
+        return ["if type(v) is int: v = float(v)", "elif type(v) is not float: v = M"]
     if kind == "dict[str,int]":
-        return lambda v: {k: n for k, n in v.items() if type(n) is int} if type(v) is dict else _MISSING
+        return ["v = {k: n for k, n in v.items() if type(n) is int} if type(v) is dict else M"]
     if kind.startswith("dict["):
-        return lambda v: v if type(v) is dict else _MISSING
+        return ["if type(v) is not dict: v = M"]
     if kind == "list[str]":
-        return lambda v: [s for s in v if type(s) is str] if type(v) is list else _MISSING
+        return ["v = [x for x in v if type(x) is str] if type(v) is list else M"]
     if kind.startswith("list[") and kind[5:-1] in _NESTED:
-        row = _NESTED[kind[5:-1]]
-        return lambda v: (
-            [r for r in (row.from_json(i) for i in v if type(i) is dict) if r is not None]
-            if type(v) is list
-            else _MISSING
-        )
+        names[kind[5:-1]] = _NESTED[kind[5:-1]]
+        read = f"{kind[5:-1]}.from_json"
+        return [f"v = [r for r in (map({read}, [i for i in v if type(i) is dict])) if r is not None] "
+                "if type(v) is list else M"]  # fmt: skip
     if kind in _NESTED:
-        row = _NESTED[kind]
-        return lambda v: (row.from_json(v) if type(v) is dict else None) or _MISSING
+        names[kind] = _NESTED[kind]
+        return [f"v = ({kind}.from_json(v) if type(v) is dict else None) or M"]
     if kind == "Any":
-        return lambda v: v
-    raise TypeError(f"no reader for a field of type {annotation}")
+        return []
+    raise TypeError(f"no decoder for a field of type {kind}")
 
 
-# A record's fields as (name, reader, default, factory): built once per record type.
-_PLANS: dict[type, list[tuple[str, Read, Any, Any]]] = {}
+def _decoder(cls: type) -> Callable[[dict[str, Any]], Any]:
+    names: dict[str, Any] = {"M": _MISSING, "cls": cls}
+    lines = ["def decode(obj):", "    get = obj.get", "    kw = {}"]
+    for f in fields(cls):
+        if not f.init:
+            continue
+        required = f.default is MISSING and f.default_factory is MISSING
+        lines += [f"    v = get({f.name!r}, M)", "    if v is not M:"]
+        lines += ["        " + line for line in _convert(str(f.type).replace(" ", ""), names)]
+        lines += ["        if v is not M:", f"            kw[{f.name!r}] = v"]
+        if required:
+            lines += ["    if v is M:", "        return None"]
+    lines.append("    return cls(**kw)")
+    exec("\n".join(lines), names)  # our own source, written from our own field types
+    return names["decode"]
 
 
-def _plan(cls: type) -> list[tuple[str, Read, Any, Any]]:
-    plan = _PLANS.get(cls)
-    if plan is None:
-        plan = _PLANS[cls] = [
-            (f.name, _reader(str(f.type)), f.default, f.default_factory) for f in fields(cls) if f.init
-        ]
-    return plan
-
-
+_DECODERS: dict[type, Callable[[dict[str, Any]], Any]] = {}
 T = TypeVar("T")
 
 
@@ -85,17 +82,10 @@ def from_json(cls: type[T], obj: dict[str, Any]) -> T | None:
     """A record of type `cls` from a JSON object, each field read by its declared type: a field missing or
     of another type takes its default, and a record whose field without a default is unusable is None
     (never an exception: a client reads what a newer or older guard sends)."""
-    values: dict[str, Any] = {}
-    for name, read, default, factory in _plan(cls):
-        value = obj.get(name, _MISSING)
-        if value is not _MISSING:
-            value = read(value)
-        if value is _MISSING:
-            if default is MISSING and factory is MISSING:
-                return None
-            continue
-        values[name] = value
-    return cls(**values)
+    decode = _DECODERS.get(cls)
+    if decode is None:
+        decode = _DECODERS[cls] = _decoder(cls)
+    return decode(obj)
 
 
 # -- the records -------------------------------------------------------------------------------------
