@@ -258,7 +258,9 @@ class Request(Generic[R]):
         out: dict[str, Any] = {"op": self.op, "id": self.id}
         for name, _kinds, default in self.SPEC:
             value = getattr(self, name)
-            if default is _REQUIRED or value != default or type(value) is not type(default):
+            # `is` and the type first: args may be anything, and only a value of the default's type is compared
+            same = value is default or (type(value) is type(default) and value == default)
+            if default is _REQUIRED or not same:
                 out[name] = value
         return out
 
