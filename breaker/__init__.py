@@ -11,19 +11,20 @@ if TYPE_CHECKING:
     from typing import Any
 
     from breaker.config import Config, ConfigError
-    from breaker.engine import AgentView, Guard, GuardView, KeyView, Verdict
+    from breaker.engine import Guard, GuardView, Verdict
     from breaker.incidents import IncidentLog
+    from breaker.records import AgentRow, KeyRow
 
-__all__ = ["AgentView", "Config", "ConfigError", "Guard", "GuardView", "IncidentLog", "KeyView", "Verdict"]
+__all__ = ["AgentRow", "Config", "ConfigError", "Guard", "GuardView", "IncidentLog", "KeyRow", "Verdict"]
 __version__ = "0.1.0"
 
 _WHERE = {
     "Config": "breaker.config",
     "ConfigError": "breaker.config",
-    "AgentView": "breaker.engine",
+    "AgentRow": "breaker.records",
     "Guard": "breaker.engine",
     "GuardView": "breaker.engine",
-    "KeyView": "breaker.engine",
+    "KeyRow": "breaker.records",
     "Verdict": "breaker.engine",
     "IncidentLog": "breaker.incidents",
 }

@@ -37,23 +37,30 @@ import socket
 import threading
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import replace
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
 import orjson
 
 from breaker.keys import result_digest
 from breaker.paths import check_peer, check_socket, default_operator_socket_path, default_socket_path
 from breaker.protocol import (
+    AgentEnd,
+    Answer,
+    Check,
     ClientSession,
     Decision,
+    Done,
     ErrorReply,
     Event,
     Hello,
+    HelloReply,
     InterruptEvent,
     ProtocolError,
+    Reply,
     Request,
+    Result,
 )
 from breaker.wire import MAX_FRAME, GuardUnavailable
 
@@ -74,14 +81,18 @@ DEFAULT_TIMEOUT = 0.5  # seconds a tool call may wait for the guard before the f
 DEFERRED_MAX = 64  # requests sent without waiting that wait for the next request to go with it (see `_post`)
 
 
-class GuardError(RuntimeError):
-    """The guard answered with an error."""
+R = TypeVar("R")
 
-    def __init__(self, code: str, message: str, reply: dict[str, Any] | None = None):
+
+class GuardError(RuntimeError):
+    """The guard answered with an error (`error`: the reply, with `problems` for bad_config), or with a reply that
+    is not what the request's op answers (code `bad_reply`); or the request cannot be sent (`bad_request`)."""
+
+    def __init__(self, code: str, message: str, error: ErrorReply | None = None):
         super().__init__(f"{code}: {message}")
         self.code = code
         self.message = message
-        self.reply = reply or {}
+        self.error = error if error is not None else ErrorReply(code, message)
 
 
 class Reported(NamedTuple):
@@ -97,7 +108,6 @@ class Reported(NamedTuple):
 _ORJSON_INTS = (-(2**63), 2**64 - 1)  # the integers orjson writes by itself
 _MAX_DEPTH = 255  # orjson's own nesting limit: deeper is not JSON it can write anyway
 _UNENCODABLE = (TypeError, ValueError, ArithmeticError, RecursionError)
-_UNJUDGEABLE = {"args": None, "args_unserializable": True}
 _IDS = ("agent", "tool", "harness", "parent", "call_id")
 
 
@@ -151,91 +161,88 @@ def _line(frame: dict[str, Any]) -> bytes:
         return orjson.dumps(_exact(frame), option=orjson.OPT_APPEND_NEWLINE)  # the rare path
 
 
-@dataclass(slots=True)
-class _Line(Request):
-    """A request as `_line` encoded it (its `op` is in the line), for `ClientSession.send`."""
-
-    line: bytes = b""
-
-    def encode(self) -> bytes:
-        return self.line
-
-
-def _request_line(rid: int, op: str, fields: dict[str, Any]) -> bytes:
+def _encode(request: Request[Any]) -> bytes:
+    """`request`'s frame, integers of any size exactly (see `_line`); GuardError if JSON cannot carry it."""
     try:
-        return _line({"op": op, "id": rid, **fields})
+        return _line(request.to_json())
     except _UNENCODABLE as exc:
-        raise GuardError("bad_request", f"the {op} request cannot be sent as JSON ({exc})") from None
+        raise GuardError("bad_request", f"the {request.op} request cannot be sent as JSON ({exc})") from None
 
 
-def _check_line(rid: int, fields: dict[str, Any]) -> bytes:
-    """A check request. Args the guard cannot be sent (not JSON, or over its frame limit) are sent as
+def _check_frame(check: Check) -> bytes:
+    """A check's frame. Args the guard cannot be sent (not JSON, or over its frame limit) are sent as
     unjudgeable (the guard allows and counts the call, matching nothing): never dropped, never a
     client-side error. Ids JSON cannot carry (a lone surrogate) go escaped, as cbhook sends them."""
-    frame = {"op": "check", "id": rid, **fields}
     line = b""
-    if not frame.get("args_unserializable"):
+    if not check.args_unserializable:
         try:
-            line = _line(frame)
+            line = _line(check.to_json())
         except _UNENCODABLE:
-            _escape_ids(frame)
+            _escape_ids(check)
             with contextlib.suppress(*_UNENCODABLE):
-                line = _line(frame)
+                line = _line(check.to_json())
         if line and len(line) <= MAX_FRAME:
             return line
-    frame.update(_UNJUDGEABLE)
-    _escape_ids(frame)
-    return _request_line(rid, "check", {k: v for k, v in frame.items() if k not in ("op", "id")})
+    check.args, check.args_unserializable = None, True
+    _escape_ids(check)
+    return _encode(check)
 
 
-def _escape_ids(frame: dict[str, Any]) -> None:
+def _escape_ids(check: Check) -> None:
     """An id with a lone surrogate (which UTF-8 cannot carry) as its backslash escape: stable, and readable."""
     for key in _IDS:
-        value = frame.get(key)
+        value = getattr(check, key)
         if isinstance(value, str) and not value.isascii():
-            frame[key] = value.encode("utf-8", "backslashreplace").decode("utf-8")
+            setattr(check, key, value.encode("utf-8", "backslashreplace").decode("utf-8"))
 
 
-def _result_fields(
+def _frame(request: Request[Any]) -> bytes:
+    return _check_frame(request) if isinstance(request, Check) else _encode(request)
+
+
+def _unjudgeable(check: Check) -> Check:
+    """The same check asked again as unjudgeable, with a new id."""
+    return replace(check, id=None, args=None, args_unserializable=True)
+
+
+def _result(
     agent: str, result: Any, digest: str | None, call_id: str | int | None, tool: str | None, args: Any
-) -> dict[str, Any]:
-    fields: dict[str, Any] = {"agent": agent, "digest": digest if digest is not None else result_digest(result)}
-    if call_id is not None:
-        fields["call_id"] = call_id
+) -> Result:
+    request = Result(agent=agent, digest=digest if digest is not None else result_digest(result), call_id=call_id)
     if tool is not None:
-        fields["tool"] = tool
+        request.tool = tool
         try:
             _line({"args": args})
-            fields["args"] = args
+            request.args = args
         except _UNENCODABLE:
-            fields["args"] = None  # its check went as unjudgeable: nothing could match it anyway
-    return fields
+            pass  # its check went as unjudgeable: nothing could match it anyway
+    return request
 
 
-def _reported(msg: dict[str, Any]) -> Reported:
-    warning = msg.get("warning")
-    return Reported(msg.get("matched") is True, warning if isinstance(warning, str) else "")
+def _encoded(session: ClientSession, requests: list[Request[Any]]) -> bytes:
+    """Posted requests, each with a new id from `session` (see `_post`)."""
+    out = []
+    for request in requests:
+        request.id = session.next_id()
+        with contextlib.suppress(GuardError):  # its fields were checked when it was posted
+            out.append(session.send(request, _encode(request)))
+    return b"".join(out)
 
 
-def _reply(msg: dict[str, Any]) -> dict[str, Any]:
-    """The reply, or GuardError if the guard answered with an error."""
-    error = ErrorReply.from_json(msg)
-    if error is not None:
-        raise GuardError(error.code, error.message, msg)
-    return msg
+def _reported(reply: Done) -> Reported:
+    return Reported(reply.matched is True, reply.warning or "")
 
 
-def _decision(msg: dict[str, Any]) -> Decision:
-    decision = Decision.from_json(_reply(msg))
-    if decision is None:
-        raise GuardError("bad_reply", f"unexpected reply {msg!r:.200}", msg)
-    return decision
+def _answered(reply: Reply | Decision) -> Any:
+    """The reply, or GuardError if the guard answered with an error (or not with this op's reply)."""
+    if isinstance(reply, ErrorReply):
+        raise GuardError(reply.code, reply.message, reply)
+    return reply
 
 
-def _closes(msg: dict[str, Any]) -> bool:
+def _closes(reply: Reply | Decision) -> bool:
     """The reply is an error after which the guard closes the connection (`frame_too_large`, `busy`)."""
-    error = ErrorReply.from_json(msg) if "error" in msg else None
-    return error is not None and error.closes
+    return isinstance(reply, ErrorReply) and reply.closes
 
 
 class _Stale(Exception):
@@ -246,7 +253,7 @@ _BROKEN = (BrokenPipeError, ConnectionResetError, ConnectionAbortedError)  # a d
 # Requests sent again after a connection closed unanswered only if none of them had left: the guard may
 # have read one, and a result taken twice could count a stall twice. Every other op may go twice: a check
 # is at worst counted twice; an operator's change, an agent's end and the rest are the same done twice.
-_ONCE = frozenset({"result"})
+_ONCE = (Result,)
 
 
 class _Health:
@@ -373,7 +380,7 @@ class GuardClient:
         self._ids = itertools.count(1)  # shared by every connection's session: an id is never reused
         self._session = ClientSession(ids=self._ids)
         self._lock = threading.Lock()
-        self._deferred: list[dict[str, Any]] = []  # see `_post`
+        self._deferred: list[Request[Any]] = []  # see `_post`
 
     @property
     def misses(self) -> int:
@@ -381,24 +388,43 @@ class GuardClient:
         return self._health.misses
 
     @property
-    def server_info(self) -> dict[str, Any]:
-        """The guard's answer to the handshake (empty until the first reply came)."""
+    def server_info(self) -> HelloReply | None:
+        """The guard's answer to the handshake (None until the first reply came)."""
         return self._session.server_info
 
     # -- public API -----------------------------------------------------------------------------
 
-    def check(self, agent: str, tool: str, args: Any, **extra: Any) -> Decision:
-        """Ask before a tool call. Never raises when the guard is unavailable: the failure mode answers.
+    def check(
+        self,
+        agent: str,
+        tool: str,
+        args: Any,
+        *,
+        harness: str | None = None,
+        parent: str | None = None,
+        call_id: str | int | None = None,
+        args_unserializable: bool = False,
+    ) -> Decision:
+        """Ask before a tool call (`harness`: this call's harness, if not the client's). Never raises when the
+        guard is unavailable: the failure mode answers.
 
         Args the guard answers with an error (it could not read them) are asked about again at once
         as unjudgeable, so the call is counted; only an error to that too leaves it to the failure mode."""
-        fields = {"agent": agent, "tool": tool, "args": args, **extra}
+        check = Check(
+            agent=agent,
+            tool=tool,
+            args=args,
+            harness=harness,
+            parent=parent,
+            call_id=call_id,
+            args_unserializable=args_unserializable,
+        )
         try:
             with self._lock:
-                reply = self._ask(lambda rid: _check_line(rid, fields))
-                if "error" in reply:
-                    reply = self._ask(lambda rid: _check_line(rid, {**fields, **_UNJUDGEABLE}))
-            return _decision(reply)
+                reply = self._ask(check)
+                if isinstance(reply, ErrorReply):
+                    reply = self._ask(_unjudgeable(check))
+            return _answered(reply)
         except (GuardUnavailable, GuardError) as exc:
             return self._health.decide(exc)
 
@@ -420,34 +446,35 @@ class GuardClient:
         (the call counts as one whose result never came). `wait=False` sends it and returns at once
         (`Reported(False, "")`): it goes with this client's next request, in the same write, so the guard
         has it before that request and the call costs neither a round trip nor a write of its own."""
-        fields = _result_fields(agent, result, digest, call_id, tool, args)
+        request = _result(agent, result, digest, call_id, tool, args)
         if not wait:
-            self._post({"op": "result", **fields})
+            self._post(request)
             return Reported(False, "")
         try:
-            return _reported(self.request("result", **fields))
+            return _reported(self.request(request))
         except (GuardUnavailable, GuardError):
             return Reported(False, "")
 
     def agent_end(self, agent: str) -> bool:
         """Tell the guard an agent is gone (frees its state). False if the guard could not be told."""
         try:
-            self.request("agent_end", agent=agent)
+            self.request(AgentEnd(agent=agent))
         except (GuardUnavailable, GuardError):
             return False
         return True
 
-    def request(self, op: str, **fields: Any) -> dict[str, Any]:
-        """Send one request and return its reply. Raises GuardUnavailable or GuardError."""
+    def request(self, request: Request[R]) -> R:
+        """Send one request (its id is given here) and return its reply, typed by its op (`Ping()` gives a `Pong`).
+        Raises GuardUnavailable, or GuardError for an error reply."""
         with self._lock:
-            return _reply(self._ask(lambda rid: _request_line(rid, op, fields), idempotent=op not in _ONCE))
+            return _answered(self._ask(request, idempotent=not isinstance(request, _ONCE)))
 
-    def _post(self, frame: dict[str, Any]) -> None:
+    def _post(self, request: Request[Any]) -> None:
         """A request sent without waiting for its reply (read, and dropped, with a later one). It goes with the
         next request, in the same write: one wakeup of the guard per tool call rather than two. Sent at once
         when DEFERRED_MAX wait already, and on `close`."""
         with self._lock:
-            self._deferred.append(frame)
+            self._deferred.append(request)
             if len(self._deferred) >= DEFERRED_MAX:
                 self._send_deferred()
 
@@ -472,15 +499,9 @@ class GuardClient:
                 self._drop()
                 return
 
-    def _encoded(self, frames: list[dict[str, Any]]) -> bytes:
-        """`frames` encoded on the current connection (ids from its session)."""
-        session = self._session
-        out = []
-        for frame in frames:
-            rid = session.next_id()
-            with contextlib.suppress(GuardError):  # its fields were checked when it was posted
-                out.append(session.send(_Line(rid, _request_line(rid, frame["op"], frame))))
-        return b"".join(out)
+    def _encoded(self, requests: list[Request[Any]]) -> bytes:
+        """`requests` encoded on the current connection (ids from its session)."""
+        return _encoded(self._session, requests)
 
     def poll_events(self) -> int:
         """Read pushed events (interrupts) without blocking; returns how many were handled."""
@@ -507,7 +528,7 @@ class GuardClient:
             except ProtocolError:
                 self._drop()
                 return 0
-            return sum(self._event(item) for item in items if not isinstance(item, tuple))
+            return sum(self._event(item) for item in items if not isinstance(item, Answer))
 
     def close(self) -> None:
         with self._lock:
@@ -523,17 +544,17 @@ class GuardClient:
 
     # -- internals ------------------------------------------------------------------------------
 
-    def _ask(self, build: Callable[[int], bytes], *, idempotent: bool = True) -> dict[str, Any]:
-        """Send the request `build` makes for its id, with what waits to go (see `_post`), and return its reply.
+    def _ask(self, request: Request[Any], *, idempotent: bool = True) -> Reply | Decision:
+        """Send `request` (with a new id each try), with what waits to go (see `_post`), and return its reply.
         Every call asks: a timeout before never stops this one from trying. A request not `idempotent`
         goes again on a new connection only when none of it had left (see `_exchange`)."""
         deadline = time.monotonic() + self.timeout
         try:
             try:
-                reply = self._exchange(build, deadline, first=True, idempotent=idempotent)
+                reply = self._exchange(request, deadline, first=True, idempotent=idempotent)
             except _Stale:
                 self._drop()
-                reply = self._exchange(build, deadline, first=False, idempotent=idempotent)
+                reply = self._exchange(request, deadline, first=False, idempotent=idempotent)
         except TimeoutError:
             self._drop()  # a late reply must not answer a later request; a new connection starts clean
             raise GuardUnavailable(f"no answer within {self.timeout:g} s") from None
@@ -546,19 +567,17 @@ class GuardClient:
         self._health.ok()
         return reply
 
-    def _exchange(
-        self, build: Callable[[int], bytes], deadline: float, *, first: bool, idempotent: bool
-    ) -> dict[str, Any]:
+    def _exchange(self, request: Request[Any], deadline: float, *, first: bool, idempotent: bool) -> Reply | Decision:
         """One try of `_ask`. Raises _Stale when a connection kept from before turns out dead before any reply
         (the write refused; or, for an `idempotent` request, closed unanswered after the guard may have read
         it): `_ask` tries once more on a new connection."""
         retry = first and self._sock is not None
         sock = self._connect()
-        rid = self._session.next_id()
-        line = build(rid)
+        rid = request.id = self._session.next_id()
+        line = _frame(request)
         frames, self._deferred = self._deferred, []
         try:
-            _send(sock, self._encoded(frames) + self._session.send(_Line(rid, line)), deadline)
+            _send(sock, self._encoded(frames) + self._session.send(request, line), deadline)
         except _Unsent as exc:
             if exc.sent == 0:
                 self._deferred[:0] = frames  # none of it reached the guard: it goes with the next try
@@ -574,8 +593,8 @@ class GuardClient:
         if self._sock is not None:
             return self._sock
         self._sock = _connect_checked(self.path, self.timeout)
-        hello = Hello(0, self.harness, self.version, os.getpid(), self.role) if self.send_hello else None
-        self._session = ClientSession(hello, ids=self._ids)
+        hello = Hello(harness=self.harness, version=self.version, pid=os.getpid(), role=self.role)
+        self._session = ClientSession(hello if self.send_hello else None, ids=self._ids)
         return self._sock
 
     def _drop(self) -> None:
@@ -584,7 +603,7 @@ class GuardClient:
                 self._sock.close()
         self._sock = None
 
-    def _read(self, sock: socket.socket, rid: int, deadline: float, retry: bool = False) -> dict[str, Any]:
+    def _read(self, sock: socket.socket, rid: int, deadline: float, retry: bool = False) -> Reply | Decision:
         """Read until the reply to `rid`; events on the way are handled. With `retry`, a connection that
         ends before any reply came (events aside) raises _Stale."""
         answered = False  # a reply, or part of a frame, came: the guard read what we wrote
@@ -602,11 +621,11 @@ class GuardClient:
                 raise ConnectionResetError(0, "the guard closed the connection")
             found = None
             items = self._session.receive(data)
-            answered = answered or not items or any(isinstance(item, tuple) for item in items)
+            answered = answered or not items or any(isinstance(item, Answer) for item in items)
             for item in items:
-                if isinstance(item, tuple):
-                    if item[0] == rid:
-                        found = item[1]
+                if isinstance(item, Answer):
+                    if item.id == rid:
+                        found = item.reply
                 else:
                     self._event(item)
             if found is not None:
@@ -629,7 +648,7 @@ class _Connection:
     def __init__(self, writer: asyncio.StreamWriter, session: ClientSession) -> None:
         self.writer = writer
         self.session = session
-        self.pending: dict[int, asyncio.Future[dict[str, Any]]] = {}
+        self.pending: dict[int, asyncio.Future[Reply | Decision]] = {}
         self.reader: asyncio.Task[None] | None = None
 
 
@@ -665,7 +684,7 @@ class AsyncGuardClient:
         self._health = _Health(self.path, fail_closed)
         self._ids = itertools.count(1)  # shared by every connection's session: an id is never reused
         self._session = ClientSession(ids=self._ids)  # the latest connection's (for `server_info`)
-        self._deferred: list[dict[str, Any]] = []  # see `_post`
+        self._deferred: list[Request[Any]] = []  # see `_post`
         self._conn: _Connection | None = None
         self._connecting: asyncio.Lock | None = None
 
@@ -678,17 +697,36 @@ class AsyncGuardClient:
         return self._conn is not None
 
     @property
-    def server_info(self) -> dict[str, Any]:
+    def server_info(self) -> HelloReply | None:
+        """The guard's answer to the handshake on the latest connection (None until it came)."""
         return self._session.server_info
 
-    async def check(self, agent: str, tool: str, args: Any, **extra: Any) -> Decision:
+    async def check(
+        self,
+        agent: str,
+        tool: str,
+        args: Any,
+        *,
+        harness: str | None = None,
+        parent: str | None = None,
+        call_id: str | int | None = None,
+        args_unserializable: bool = False,
+    ) -> Decision:
         """As GuardClient.check."""
-        fields = {"agent": agent, "tool": tool, "args": args, **extra}
+        check = Check(
+            agent=agent,
+            tool=tool,
+            args=args,
+            harness=harness,
+            parent=parent,
+            call_id=call_id,
+            args_unserializable=args_unserializable,
+        )
         try:
-            reply = await self._ask(lambda rid: _check_line(rid, fields), self.timeout)
-            if "error" in reply:
-                reply = await self._ask(lambda rid: _check_line(rid, {**fields, **_UNJUDGEABLE}), self.timeout)
-            return _decision(reply)
+            reply = await self._ask(check, self.timeout)
+            if isinstance(reply, ErrorReply):
+                reply = await self._ask(_unjudgeable(check), self.timeout)
+            return _answered(reply)
         except (GuardUnavailable, GuardError) as exc:
             return self._health.decide(exc)
 
@@ -704,37 +742,39 @@ class AsyncGuardClient:
         wait: bool = True,
     ) -> Reported:
         """As GuardClient.result."""
-        fields = _result_fields(agent, result, digest, call_id, tool, args)
+        request = _result(agent, result, digest, call_id, tool, args)
         if not wait:
-            self._post({"op": "result", **fields})
+            self._post(request)
             return Reported(False, "")
         try:
-            return _reported(await self.request("result", **fields))
+            return _reported(await self.request(request))
         except (GuardUnavailable, GuardError):
             return Reported(False, "")
 
     async def agent_end(self, agent: str) -> bool:
+        """As GuardClient.agent_end."""
         try:
-            await self.request("agent_end", agent=agent)
+            await self.request(AgentEnd(agent=agent))
         except (GuardUnavailable, GuardError):
             return False
         return True
 
-    async def request(self, op: str, *, timeout: float | None = None, **fields: Any) -> dict[str, Any]:
-        """One request/reply. Raises GuardUnavailable or GuardError."""
+    async def request(self, request: Request[R], *, timeout: float | None = None) -> R:
+        """As GuardClient.request (`timeout`: this request's own, instead of the client's)."""
         limit = self.timeout if timeout is None else timeout
-        return _reply(await self._ask(lambda rid: _request_line(rid, op, fields), limit, idempotent=op not in _ONCE))
+        reply = await self._ask(request, limit, idempotent=not isinstance(request, _ONCE))
+        return _answered(reply)
 
-    async def _ask(self, build: Callable[[int], bytes], limit: float, *, idempotent: bool = True) -> dict[str, Any]:
+    async def _ask(self, request: Request[Any], limit: float, *, idempotent: bool = True) -> Reply | Decision:
         """As GuardClient._ask: every call asks, and a kept connection found dead gets the request once more."""
-        rid = next(self._ids)
-        line = build(rid)
+        rid = request.id = next(self._ids)
+        line = _frame(request)
         try:
             async with asyncio.timeout(limit):
                 try:
-                    reply = await self._exchange(rid, line, first=True, idempotent=idempotent)
+                    reply = await self._exchange(request, line, first=True, idempotent=idempotent)
                 except _Stale:
-                    reply = await self._exchange(rid, line, first=False, idempotent=idempotent)
+                    reply = await self._exchange(request, line, first=False, idempotent=idempotent)
         except TimeoutError:
             # Only this request gives up: the others on the connection wait on (a late reply is dropped).
             self._forget(rid)
@@ -754,7 +794,7 @@ class AsyncGuardClient:
             conn.pending.pop(rid, None)
             conn.session.forget(rid)
 
-    async def _exchange(self, rid: int, line: bytes, *, first: bool, idempotent: bool) -> dict[str, Any]:
+    async def _exchange(self, request: Request[Any], line: bytes, *, first: bool, idempotent: bool) -> Reply | Decision:
         """One try of `_ask`; raises _Stale as GuardClient._exchange does."""
         retry = first and self._conn is not None
         conn = await self._connect()
@@ -763,7 +803,7 @@ class AsyncGuardClient:
             conn = await self._connect()
             retry = False
         frames, self._deferred = self._deferred, []
-        conn.writer.write(self._encoded(conn, frames) + conn.session.send(_Line(rid, line)))
+        conn.writer.write(self._encoded(conn, frames) + conn.session.send(request, line))
         if conn.writer.is_closing():
             # The write failed at once (the guard is gone): none of it left, so all of it may go again.
             self._deferred[:0] = frames
@@ -772,7 +812,8 @@ class AsyncGuardClient:
                 raise _Stale
             raise ConnectionResetError(0, "the guard closed the connection")
         # No await since the write: its reply cannot have been read yet.
-        future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        future: asyncio.Future[Reply | Decision] = asyncio.get_running_loop().create_future()
+        rid = request.id
         conn.pending[rid] = future
         try:
             return await future
@@ -783,24 +824,19 @@ class AsyncGuardClient:
         finally:
             conn.pending.pop(rid, None)
 
-    def _post(self, frame: dict[str, Any]) -> None:
+    def _post(self, request: Request[Any]) -> None:
         """A request sent without waiting for its reply (which matches nothing and is dropped): it goes with
         the next request, in the same write (as GuardClient._post). Past DEFERRED_MAX waiting they go at once
         on the open connection, or are dropped when there is none (the guard cannot be told now)."""
-        self._deferred.append(frame)
+        self._deferred.append(request)
         if len(self._deferred) >= DEFERRED_MAX:
             frames, self._deferred = self._deferred, []
             conn = self._conn
             if conn is not None and not conn.writer.is_closing():
                 conn.writer.write(self._encoded(conn, frames))
 
-    def _encoded(self, conn: _Connection, frames: list[dict[str, Any]]) -> bytes:
-        out = []
-        for frame in frames:
-            rid = next(self._ids)
-            with contextlib.suppress(GuardError):  # its fields were checked when it was posted
-                out.append(conn.session.send(_Line(rid, _request_line(rid, frame["op"], frame))))
-        return b"".join(out)
+    def _encoded(self, conn: _Connection, requests: list[Request[Any]]) -> bytes:
+        return _encoded(conn.session, requests)
 
     async def connect(self) -> None:
         """Connect now (requests connect lazily); raises GuardUnavailable."""
@@ -826,7 +862,7 @@ class AsyncGuardClient:
             if why is not None:
                 writer.close()
                 raise GuardUnavailable(why)
-            hello = Hello(0, self.harness, self.version, os.getpid(), self.role)
+            hello = Hello(harness=self.harness, version=self.version, pid=os.getpid(), role=self.role)
             conn = self._conn = _Connection(writer, ClientSession(hello, self.max_frame, ids=self._ids))
             self._session = conn.session
             conn.reader = asyncio.create_task(self._read(reader, conn), name="guard-client-reader")
@@ -836,11 +872,11 @@ class AsyncGuardClient:
         try:
             while data := await reader.read(65536):
                 for item in conn.session.receive(data):
-                    if isinstance(item, tuple):
-                        future = conn.pending.get(item[0])
+                    if isinstance(item, Answer):
+                        future = conn.pending.get(item.id)
                         if future is not None and not future.done():
-                            future.set_result(item[1])
-                        if _closes(item[1]) and self._conn is conn:
+                            future.set_result(item.reply)
+                        if _closes(item.reply) and self._conn is conn:
                             self._conn = None  # the guard closes it: later requests take a new one
                     else:
                         await self._dispatch(item)

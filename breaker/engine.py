@@ -12,8 +12,9 @@ import orjson
 
 from breaker.config import AGENT_LIMITS, Config
 from breaker.keys import Judged, call_digest, preview, tool_class_name
+from breaker.records import AgentRow, KeyRow
 
-__all__ = ["AgentState", "AgentView", "Guard", "GuardView", "KeyView", "Verdict"]
+__all__ = ["AgentState", "Guard", "GuardView", "Verdict"]
 
 _SORT = orjson.OPT_SORT_KEYS
 _dumps = orjson.dumps
@@ -255,48 +256,11 @@ class _Interrupt:
 
 
 @dataclass(frozen=True, slots=True)
-class AgentView:
-    """A read-only picture of one agent, for displays."""
-
-    agent: str
-    calls: int
-    window_fill: int
-    window: int
-    cap: int
-    worst_count: int
-    worst_tool: str
-    worst_preview: str
-    duplicate_limit: int
-    denies: dict[str, int]  # deny kind -> how many of its calls were denied (its trip is the first)
-    # "ok"; "warned" (its last call was allowed with a warning); or a deny kind: "interrupted",
-    # "cap" (its budget is spent), the rule that denied its last call, or "duplicate" (its most
-    # repeated call is at the limit: the next one is denied)
-    status: str
-    last_tool: str
-    last_seen: float | None
-    interrupt_reason: str | None
-    warns: dict[str, int] = field(default_factory=dict)  # rule -> calls allowed with its warning
-    rule: str = ""  # the rule behind the status: the one that warned or denied ("" for "ok")
-    override: dict[str, int] = field(default_factory=dict)  # its own limits (AGENT_LIMITS keys); cap and
-    # duplicate_limit above already are the ones in force
-
-
-@dataclass(frozen=True, slots=True)
-class KeyView:
-    """One repeated key: which agent, which call, how many times it is in that agent's window."""
-
-    agent: str
-    tool: str
-    preview: str
-    count: int
-
-
-@dataclass(frozen=True, slots=True)
 class GuardView:
     """A read-only picture of the guard: the agents asked for and the most repeated keys."""
 
-    agents: list[AgentView]
-    top_keys: list[KeyView]
+    agents: list[AgentRow]
+    top_keys: list[KeyRow]
 
 
 @dataclass(slots=True)
@@ -1031,7 +995,9 @@ class Guard:
         """Tracked, or under an interrupt (both are shown to an operator)."""
         return agent in self._agents or agent in self._interrupted
 
-    def agent_view(self, agent: str) -> AgentView | None:
+    def agent_view(self, agent: str) -> AgentRow | None:
+        """`agent`'s row (a new one each time), None if it is neither tracked nor interrupted. Its `harness`
+        and `parent` are left empty: the engine does not know them (the session fills them in)."""
         st = self._agents.get(agent)
         if st is None:
             if agent not in self._interrupted:
@@ -1040,7 +1006,7 @@ class Guard:
             st.limits = self._limits.get(agent)
         return self._view(agent, st)
 
-    def _view(self, agent: str, st: _Agent) -> AgentView:
+    def _view(self, agent: str, st: _Agent) -> AgentRow:
         config = self._config
         worst_count, worst_tool, worst_preview = (1 if st.counts else 0), "", ""
         if st.previews:
@@ -1067,7 +1033,7 @@ class Guard:
             status, rule = "warned", last[5:]
         else:
             status, rule = "ok", ""
-        return AgentView(
+        return AgentRow(
             agent=agent,
             calls=st.calls,
             window_fill=len(st.ring),
@@ -1087,7 +1053,7 @@ class Guard:
             override=dict(own) if own else {},
         )
 
-    def window_keys(self, agent: str, top: int = 20) -> tuple[list[KeyView], int]:
+    def window_keys(self, agent: str, top: int = 20) -> tuple[list[KeyRow], int]:
         """The `top` most repeated keys in `agent`'s window (seen at least twice: only those keep a preview),
         most first, and how many distinct keys its window holds."""
         st = self._agents.get(agent)
@@ -1095,7 +1061,9 @@ class Guard:
             return [], 0
         counts, previews = st.counts, st.previews
         keys = sorted(previews, key=counts.__getitem__, reverse=True)[:top]
-        return [KeyView(agent, *previews[k], counts[k]) for k in keys], len(counts)
+        return [KeyRow(agent=agent, tool=previews[k][0], preview=previews[k][1], count=counts[k]) for k in keys], len(
+            counts
+        )
 
     def interrupted_agents(self) -> list[str]:
         """Agents under an operator interrupt (tracked or not), least recently active first."""
@@ -1106,12 +1074,12 @@ class Guard:
         """How many agents are under an operator interrupt (tracked or not)."""
         return len(self._interrupted)
 
-    def top_keys(self, top: int = 10) -> list[KeyView]:
+    def top_keys(self, top: int = 10) -> list[KeyRow]:
         """The `top` most repeated keys across all agents' windows (keys seen at least twice).
 
         Read from the count buckets kept as calls happen: the cost is the number of keys returned
         plus the empty buckets skipped, never the number of agents."""
-        out: list[KeyView] = []
+        out: list[KeyRow] = []
         buckets = self._buckets
         n = self._top
         while n >= 2 and len(out) < top:
@@ -1124,7 +1092,7 @@ class Guard:
                 continue
             for agent, key in bucket:
                 tool, text = self._agents[agent].previews[key]
-                out.append(KeyView(agent, tool, text, n))
+                out.append(KeyRow(agent=agent, tool=tool, preview=text, count=n))
                 if len(out) >= top:
                     break
             n -= 1

@@ -9,7 +9,7 @@ from typing import Any
 from breaker.channel import Channel
 from breaker.engine import Guard
 from breaker.keys import Judged, preview
-from breaker.protocol import CallRow, CallsEvent, Check, Done, ErrorReply, Follow, KeyRow, Unfollow
+from breaker.protocol import CallRow, CallsEvent, Check, Done, ErrorReply, Follow, Unfollow
 from breaker.vocab import CallDecision
 
 __all__ = ["FOLLOW_KEYS", "HISTORY", "MAX_FOLLOWED", "Followed", "Follows"]
@@ -84,7 +84,17 @@ class Follows:
             text = "(args that could not be serialized)"
         else:
             text = judged.preview if judged is not None else preview(req.tool, req.args)
-        followed.calls.append(CallRow(now, req.tool, text, decision, v.count, v.limit, v.rule or ""))
+        followed.calls.append(
+            CallRow(
+                time=now,
+                tool=req.tool,
+                preview=text,
+                decision=decision,
+                count=v.count,
+                limit=v.limit,
+                rule=v.rule or "",
+            )
+        )
         followed.seq += 1
 
     def push(self, changed: set[str]) -> None:
@@ -105,8 +115,9 @@ class Follows:
                 calls = list(followed.calls)[kept - min(new, kept) :] if new else []
                 if keys is None:
                     keys = guard.window_keys(agent, FOLLOW_KEYS)
-                rows = [KeyRow(k.agent, k.tool, k.preview, k.count) for k in keys[0]]
+                rows = keys[0]
                 dropped = 0 if fresh else max(0, new - kept)
-                ch.urgent.append(CallsEvent(agent, calls, rows, keys[1], dropped).encode())
+                event = CallsEvent(agent=agent, calls=calls, keys=rows, distinct=keys[1], dropped=dropped)
+                ch.urgent.append(event.encode())
                 ch.follow_seq = followed.seq
                 self.woken.add(ch)

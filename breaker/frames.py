@@ -9,14 +9,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from breaker.channel import AgentMeta, Channel, Slot, Subscription
-from breaker.engine import AgentView, Guard
+from breaker.engine import Guard
 from breaker.follows import Follows
 from breaker.protocol import (
     AgentRow,
     ConfigFrame,
     Done,
     GuardStats,
-    KeyRow,
     Snapshot,
     SnapshotReply,
     StateFrame,
@@ -121,29 +120,12 @@ class Subscribers:
         ids.extend(a for a in reversed(guard.interrupted_agents()) if a not in guard)
         return ids
 
-    def row(self, view: AgentView) -> AgentRow:
-        meta = self.meta.get(view.agent)
-        return AgentRow(
-            view.agent,
-            meta.harness if meta is not None else "",
-            meta.parent if meta is not None else None,
-            view.calls,
-            view.window_fill,
-            view.window,
-            view.cap,
-            view.worst_count,
-            view.worst_tool,
-            view.worst_preview,
-            view.duplicate_limit,
-            view.denies,
-            view.status,
-            view.last_tool,
-            view.last_seen,
-            view.interrupt_reason,
-            view.warns,
-            view.rule,
-            view.override,
-        )
+    def row(self, row: AgentRow) -> AgentRow:
+        """The engine's row of an agent (`Guard.agent_view`, a new one each time), with what the session knows."""
+        meta = self.meta.get(row.agent)
+        if meta is not None:
+            row.harness, row.parent = meta.harness, meta.parent
+        return row
 
     def current_stats(self) -> GuardStats:
         return self.stats.current(self.guard, self.channels, self.clock())
@@ -207,11 +189,11 @@ class Subscribers:
                 self.snapshots.popleft()
                 top = self.guard.snapshot(top=work.top, agents=()).top_keys
                 frame = StateFrame(
-                    self.seq,
-                    True,
-                    self.clock(),
-                    work.rows,
-                    top_keys=[KeyRow(k.agent, k.tool, k.preview, k.count) for k in top],
+                    seq=self.seq,
+                    full=True,
+                    time=self.clock(),
+                    agents=work.rows,
+                    top_keys=top,
                     stats=self.current_stats(),
                     config=self.config_frame,
                 )
@@ -243,16 +225,16 @@ class Subscribers:
         view = self.guard.snapshot(top=10 if header else 0, agents=ids)
         agents = [self.row(v) for v in view.agents]
         frame = StateFrame(
-            self.seq,
-            sub.full and header,
-            self.clock(),
-            agents,
+            seq=self.seq,
+            full=sub.full and header,
+            time=self.clock(),
+            agents=agents,
             part=0 if header else 1,
             last=not pending and not fill,
         )
         if header:
             frame.gone = sorted(sub.gone)
-            frame.top_keys = [KeyRow(k.agent, k.tool, k.preview, k.count) for k in view.top_keys]
+            frame.top_keys = view.top_keys
             frame.trips = list(sub.trips)
             frame.stats = self.current_stats()
             frame.config = self.config_frame if (sub.config or sub.full) else None

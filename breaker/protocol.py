@@ -9,15 +9,17 @@ keep the patch layer's camelCase keys, because they are the user's own setting n
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field, fields
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Generic, TypeVar
 
 import orjson
 
 from breaker.config import AGENT_LIMITS, BY_KEY
+from breaker.records import AgentRow, KeyRow, from_json, nested
 from breaker.vocab import Plane
 from breaker.wire import HOOK_BRACKETS_MAX, HOOK_PAYLOAD_MAX, MAX_FRAME, PROTOCOL_VERSION, FrameBuffer
 
@@ -31,26 +33,50 @@ __all__ = [
     "OPERATOR",
     "OPS",
     "PROTOCOL_VERSION",
+    "AgentEnd",
     "AgentRow",
+    "Answer",
     "CallRow",
     "CallsEvent",
+    "Check",
     "ClientSession",
     "ConfigFrame",
+    "ConfigGet",
+    "ConfigReply",
+    "ConfigSet",
     "Decision",
+    "Done",
     "ErrorReply",
+    "Event",
     "Follow",
     "GuardStats",
+    "Hello",
+    "HelloReply",
     "HookCall",
     "HookReply",
+    "Interrupt",
     "InterruptEvent",
     "KeyRow",
     "Override",
+    "Pause",
+    "Ping",
+    "Pong",
     "ProtocolError",
     "Reply",
     "Request",
+    "Reset",
+    "Result",
+    "Resume",
+    "Snapshot",
+    "SnapshotReply",
     "StateFrame",
+    "Stats",
+    "StatsReply",
+    "Subscribe",
     "TripRow",
     "Unfollow",
+    "Uninterrupt",
+    "Unsubscribe",
     "decode_request",
     "encode_frame",
 ]
@@ -154,37 +180,89 @@ def _field(op: str, msg: dict[str, Any], name: str, kinds: tuple[type, ...], def
 
 _REQUIRED = object()
 _ANY = (object,)
-_STR = (str,)
-_OPT_STR = (str, type(None))
-_INT = (int,)
+_KINDS = {"str": str, "int": int, "bool": bool, "None": type(None)}
+
+
+def required(default: Any) -> Any:
+    """A request field the frame must have (`default` only fills the dataclass: a frame without it is refused)."""
+    return field(default=default, metadata={"required": True})
+
+
+def _spec(cls: type) -> tuple[tuple[str, tuple[type, ...], Any], ...]:
+    """A request's fields as (name, accepted types, default or _REQUIRED), in their order: read from the dataclass
+    fields, whose annotations name the types (`str | None`; `dict[...]` accepts any object, `Any` anything)."""
+    spec = []
+    for f in fields(cls):
+        if f.name == "id":
+            continue
+        names = [n.strip() for n in str(f.type).split("|")]
+        if "Any" in names:
+            kinds: tuple[type, ...] = _ANY
+        elif names[0].startswith("dict["):
+            kinds = (dict,)
+        else:
+            kinds = tuple(_KINDS[n] for n in names)
+        if f.metadata.get("required"):
+            default = _REQUIRED
+        elif f.default_factory is not dataclasses.MISSING:
+            raise TypeError(f"{cls.__name__}.{f.name}: an optional request field takes a plain default")
+        else:
+            default = f.default
+        spec.append((f.name, kinds, default))
+    return tuple(spec)
+
 
 # -- requests --------------------------------------------------------------------------------------
 
 
+R = TypeVar("R")  # the type of a request's reply
+
+
 @dataclass(slots=True)
-class Request:
-    """A request frame: `op` names it, `id` (any JSON value) is echoed in its reply."""
+class Request(Generic[R]):
+    """A request frame: `op` names it, `id` (any JSON value) is echoed in its reply. Its fields are its schema:
+    `SPEC` is read from them. A client builds one by keyword and leaves `id` to its session (`ClientSession.send`);
+    its reply comes back as an `R` (`reply_type`), or an `ErrorReply`."""
 
     op: ClassVar[str] = ""
     plane: ClassVar[Plane] = OPERATOR  # the least plane that may send it
-    # (name, accepted types, default or _REQUIRED), in the order they are documented
+    # (name, accepted types, default or _REQUIRED), in the order they are documented: set from the fields (OPS)
     SPEC: ClassVar[tuple[tuple[str, tuple[type, ...], Any], ...]] = ()
     # the fields of its reply besides `id` (PROTOCOL.md documents them; tests hold the session to them)
     REPLY: ClassVar[tuple[str, ...]] = ("ok",)
+    reply_type: ClassVar[Any] = None  # the type its reply decodes to (set with OPS, below the replies)
 
-    id: Any
+    id: Any = None
 
     @classmethod
-    def decode(cls, msg: dict[str, Any]) -> Request:
+    def decode(cls, msg: dict[str, Any]) -> Request[Any]:
         rid = msg.get("id")
         values = {name: _field(cls.op, msg, name, kinds, default, rid) for name, kinds, default in cls.SPEC}
         return cls(rid, **values)
 
+    @classmethod
+    def decode_reply(cls, msg: dict[str, Any]) -> R | ErrorReply:
+        """This request's reply from its frame: an `R`, or an `ErrorReply` (the guard's, or `bad_reply` for a
+        reply that is not what this op answers)."""
+        if "error" in msg:
+            error = ErrorReply.from_json(msg)
+            if error is not None:
+                return error
+        reply = cls.reply_type.from_json(msg)
+        if reply is None:
+            return ErrorReply("bad_reply", f"{cls.op}: unexpected reply {msg!r:.200}")
+        return reply
+
     def to_json(self) -> dict[str, Any]:
+        """The frame as a dict: `op`, `id`, then each field, an optional one only when it is not its default
+        (which the guard would take for it anyway)."""
         out: dict[str, Any] = {"op": self.op, "id": self.id}
-        for f in fields(self):
-            if f.name != "id":
-                out[f.name] = getattr(self, f.name)
+        for name, _kinds, default in self.SPEC:
+            value = getattr(self, name)
+            # `is` and the type first: args may be anything, and only a value of the default's type is compared
+            same = value is default or (type(value) is type(default) and value == default)
+            if default is _REQUIRED or not same:
+                out[name] = value
         return out
 
     def encode(self) -> bytes:
@@ -192,17 +270,10 @@ class Request:
 
 
 @dataclass(slots=True)
-class Hello(Request):
+class Hello(Request["HelloReply"]):
     op: ClassVar[str] = "hello"
     plane: ClassVar[Plane] = HARNESS
     REPLY: ClassVar = ("server", "version", "protocol", "pid", "plane", "max_frame")
-    SPEC: ClassVar = (
-        ("harness", _STR, ""),
-        ("version", _STR, ""),
-        ("pid", _INT, 0),
-        ("role", _STR, ""),
-        ("protocol", _INT, PROTOCOL_VERSION),
-    )
 
     harness: str = ""
     version: str = ""
@@ -212,7 +283,7 @@ class Hello(Request):
 
 
 @dataclass(slots=True)
-class Check(Request):
+class Check(Request["Decision"]):
     """Ask before a tool call. `args_unserializable`: the harness could not send the args as JSON;
     the guard allows and counts the call, matching nothing."""
 
@@ -220,18 +291,9 @@ class Check(Request):
     plane: ClassVar[Plane] = HARNESS
     # an allow has `decision` only, or with a warning `decision`, `warning`, `rule`, `count`, `limit`
     REPLY: ClassVar = ("decision", "kind", "reason", "count", "limit", "warning", "rule")
-    SPEC: ClassVar = (
-        ("agent", _STR, _REQUIRED),
-        ("tool", _STR, _REQUIRED),
-        ("args", _ANY, None),
-        ("harness", _OPT_STR, None),
-        ("parent", _OPT_STR, None),
-        ("call_id", (str, int, type(None)), None),
-        ("args_unserializable", (bool,), False),
-    )
 
-    agent: str = ""
-    tool: str = ""
+    agent: str = required("")
+    tool: str = required("")
     args: Any = None
     harness: str | None = None
     parent: str | None = None
@@ -263,7 +325,7 @@ class Check(Request):
 
 
 @dataclass(slots=True)
-class Result(Request):
+class Result(Request["Done"]):
     """A call's result came back: `digest` is any short text that changes when the result does (a
     hash of it: the guard never needs the content). The call is found by `call_id`, else by `tool`
     and `args` (its latest such call)."""
@@ -271,16 +333,9 @@ class Result(Request):
     op: ClassVar[str] = "result"
     plane: ClassVar[Plane] = HARNESS
     REPLY: ClassVar = ("ok", "matched", "warning")
-    SPEC: ClassVar = (
-        ("agent", _STR, _REQUIRED),
-        ("digest", _STR, _REQUIRED),
-        ("call_id", (str, int, type(None)), None),
-        ("tool", _OPT_STR, None),
-        ("args", _ANY, None),
-    )
 
-    agent: str = ""
-    digest: str = ""
+    agent: str = required("")
+    digest: str = required("")
     call_id: str | int | None = None
     tool: str | None = None
     args: Any = None
@@ -303,25 +358,23 @@ class Result(Request):
 
 
 @dataclass(slots=True)
-class AgentEnd(Request):
+class AgentEnd(Request["Done"]):
     op: ClassVar[str] = "agent_end"
     plane: ClassVar[Plane] = HARNESS
     REPLY: ClassVar = ("ok", "known")
-    SPEC: ClassVar = (("agent", _STR, _REQUIRED),)
-    agent: str = ""
+    agent: str = required("")
 
 
 @dataclass(slots=True)
-class HookCall(Request):
+class HookCall(Request["HookReply"]):
     """cbhook's hook payload, forwarded as the harness wrote it: the guard reads it as cbhook would
     (breaker/hookwire.py), asks its own check, result or agent_end, and answers with what cbhook prints."""
 
     op: ClassVar[str] = "hook"
     plane: ClassVar[Plane] = HARNESS
     REPLY: ClassVar = ("exit", "stdout", "stderr")
-    SPEC: ClassVar = (("payload", _STR, _REQUIRED), ("harness", _OPT_STR, None), ("fail_closed", (bool,), False))
 
-    payload: str = ""
+    payload: str = required("")
     harness: str | None = None
     fail_closed: bool = False
 
@@ -349,74 +402,69 @@ HOOK_HARNESSES = ("claude-code", "codex", "gemini-cli", "cursor", "dsh")  # brea
 
 
 @dataclass(slots=True)
-class Ping(Request):
+class Ping(Request["Pong"]):
     op: ClassVar[str] = "ping"
     plane: ClassVar[Plane] = HARNESS
     REPLY: ClassVar = ("pong",)
 
 
 @dataclass(slots=True)
-class Subscribe(Request):
+class Subscribe(Request["Done"]):
     op: ClassVar[str] = "subscribe"
     REPLY: ClassVar = ("ok", "tick")
 
 
 @dataclass(slots=True)
-class Unsubscribe(Request):
+class Unsubscribe(Request["Done"]):
     op: ClassVar[str] = "unsubscribe"
 
 
 @dataclass(slots=True)
-class Interrupt(Request):
+class Interrupt(Request["Done"]):
     op: ClassVar[str] = "interrupt"
     REPLY: ClassVar = ("ok", "notified")
-    SPEC: ClassVar = (("agent", _STR, _REQUIRED), ("reason", _STR, ""))
-    agent: str = ""
+    agent: str = required("")
     reason: str = ""
 
 
 @dataclass(slots=True)
-class Uninterrupt(Request):
+class Uninterrupt(Request["Done"]):
     op: ClassVar[str] = "uninterrupt"
     REPLY: ClassVar = ("ok", "known")
-    SPEC: ClassVar = (("agent", _STR, _REQUIRED),)
-    agent: str = ""
+    agent: str = required("")
 
 
 @dataclass(slots=True)
-class Reset(Request):
+class Reset(Request["Done"]):
     op: ClassVar[str] = "reset"
     REPLY: ClassVar = ("ok", "known")
-    SPEC: ClassVar = (("agent", _STR, _REQUIRED),)
-    agent: str = ""
+    agent: str = required("")
 
 
 @dataclass(slots=True)
-class Follow(Request):
+class Follow(Request["Done"]):
     """Follow one agent's calls: `calls` events carry them as they happen (this connection follows one
     agent at a time; a second `follow` replaces the first)."""
 
     op: ClassVar[str] = "follow"
     REPLY: ClassVar = ("ok", "known", "history")
-    SPEC: ClassVar = (("agent", _STR, _REQUIRED),)
-    agent: str = ""
+    agent: str = required("")
 
 
 @dataclass(slots=True)
-class Unfollow(Request):
+class Unfollow(Request["Done"]):
     op: ClassVar[str] = "unfollow"
 
 
 @dataclass(slots=True)
-class Override(Request):
+class Override(Request["Done"]):
     """Give one agent limits of its own: `limits` maps maxCallsPerAgent and/or duplicateLimit to a value in
     the setting's range, or to null to take that override off. The global config is not touched."""
 
     op: ClassVar[str] = "override"
     REPLY: ClassVar = ("ok", "known", "override")
-    SPEC: ClassVar = (("agent", _STR, _REQUIRED), ("limits", (dict,), _REQUIRED))
-    agent: str = ""
-    limits: dict[str, int | None] = field(default_factory=dict)
+    agent: str = required("")
+    limits: dict[str, int | None] = field(default_factory=dict, metadata={"required": True})
 
     @classmethod
     def decode(cls, msg: dict[str, Any]) -> Override:
@@ -436,38 +484,36 @@ class Override(Request):
 
 
 @dataclass(slots=True)
-class Pause(Request):
+class Pause(Request["Done"]):
     op: ClassVar[str] = "pause"
     REPLY: ClassVar = ("ok", "paused")
 
 
 @dataclass(slots=True)
-class Resume(Request):
+class Resume(Request["Done"]):
     op: ClassVar[str] = "resume"
     REPLY: ClassVar = ("ok", "paused")
 
 
 @dataclass(slots=True)
-class ConfigGet(Request):
+class ConfigGet(Request["ConfigReply"]):
     op: ClassVar[str] = "config_get"
     REPLY: ClassVar = ("config",)
 
 
 @dataclass(slots=True)
-class ConfigSet(Request):
+class ConfigSet(Request["ConfigReply"]):
     op: ClassVar[str] = "config_set"
     REPLY: ClassVar = ("ok", "config", "written")
-    SPEC: ClassVar = (("changes", (dict,), _REQUIRED),)
-    changes: dict[str, Any] = field(default_factory=dict)
+    changes: dict[str, Any] = field(default_factory=dict, metadata={"required": True})
 
 
 @dataclass(slots=True)
-class Snapshot(Request):
+class Snapshot(Request["SnapshotReply"]):
     """Every agent the guard knows, in one state frame (`top` repeated keys, clamped to 0 … 1,000)."""
 
     op: ClassVar[str] = "snapshot"
     REPLY: ClassVar = ("state",)
-    SPEC: ClassVar = (("top", _INT, 10),)
     top: int = 10
 
     @classmethod
@@ -479,7 +525,7 @@ class Snapshot(Request):
 
 
 @dataclass(slots=True)
-class Stats(Request):
+class Stats(Request["StatsReply"]):
     op: ClassVar[str] = "stats"
     REPLY: ClassVar = ("stats",)
 
@@ -510,6 +556,8 @@ OPS: dict[str, type[Request]] = {
     )
 }
 HARNESS_OPS = frozenset(op for op, cls in OPS.items() if cls.plane == HARNESS)
+for _cls in OPS.values():
+    _cls.SPEC = _spec(_cls)
 
 
 # Numbers: orjson reads an integer beyond 64 bits as a float (rounding distinct integers into one) and
@@ -581,10 +629,15 @@ def decode_request(frame: bytes | memoryview) -> Request:
 
 @dataclass(slots=True)
 class Reply:
-    """A reply to one request. `to_json` gives the fields; the session adds the request's id."""
+    """A reply to one request. `to_json` gives the fields; the session adds the request's id. `from_json` reads
+    them back (None: not this reply), each field by its declared type."""
 
     def to_json(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    @classmethod
+    def from_json(cls, obj: dict[str, Any]) -> Any:
+        return from_json(cls, obj)
 
     def encode(self, rid: Any) -> bytes:
         return encode_frame({"id": rid, **self.to_json()})
@@ -631,6 +684,14 @@ class Decision:
 
     def encode(self, rid: Any) -> bytes:
         return encode_frame({"id": rid, **self.to_json()})
+
+    @staticmethod
+    def encode_allow(rid: Any) -> bytes:
+        """`ALLOW.encode(rid)`, byte for byte: the check's hot path, which for an id orjson writes as an integer
+        builds no dict at all."""
+        if type(rid) is int and -(2**63) <= rid < 2**63:
+            return b'{"id":%d' % rid + ALLOW_FRAME_TAIL
+        return ALLOW.encode(rid)
 
     @staticmethod
     def encode_deny(rid: Any, kind: str | None, reason: str, count: int, limit: int) -> bytes:
@@ -707,11 +768,27 @@ class HookReply(Reply):
             "stderr": self.stderr.encode("utf-8", "backslashreplace").hex(),
         }
 
+    @classmethod
+    def from_json(cls, obj: dict[str, Any]) -> HookReply | None:
+        status, out, err = obj.get("exit"), obj.get("stdout"), obj.get("stderr")
+        if type(status) is not int or type(out) is not str or type(err) is not str:
+            return None
+        try:
+            return cls(
+                status, bytes.fromhex(out).decode("utf-8", "replace"), bytes.fromhex(err).decode("utf-8", "replace")
+            )
+        except ValueError:
+            return None
+
 
 @dataclass(slots=True)
 class Pong(Reply):
     def to_json(self) -> dict[str, Any]:
         return {"pong": True}
+
+    @classmethod
+    def from_json(cls, obj: dict[str, Any]) -> Pong | None:
+        return cls() if obj.get("pong") is True else None
 
 
 @dataclass(slots=True)
@@ -747,119 +824,27 @@ class ErrorReply(Reply):
 # -- the state frame and its rows ------------------------------------------------------------------
 
 
-def _typed(value: Any, kind: type, default: Any) -> Any:
-    return value if type(value) is kind or (kind is float and type(value) is int) else default
-
-
-@dataclass(slots=True)
-class AgentRow:
-    """One agent in a state frame."""
-
-    agent: str
-    harness: str
-    parent: str | None
-    calls: int
-    window_fill: int
-    window: int
-    cap: int
-    worst_count: int
-    worst_tool: str
-    worst_preview: str
-    duplicate_limit: int
-    denies: dict[str, int]  # deny kind -> how many of its calls were denied
-    status: str  # "ok", "warned", or a deny kind (see AgentView.status)
-    last_tool: str
-    last_seen: float | None
-    interrupt_reason: str | None
-    warns: dict[str, int] = field(default_factory=dict)  # rule -> calls allowed with its warning
-    rule: str = ""  # the rule behind the status
-    override: dict[str, int] = field(default_factory=dict)  # the operator's limits for this agent (cap, limit)
-
-    def to_json(self) -> dict[str, Any]:
-        return {f.name: getattr(self, f.name) for f in fields(self)}
-
-    @classmethod
-    def from_json(cls, obj: dict[str, Any]) -> AgentRow | None:
-        agent = obj.get("agent")
-        if not isinstance(agent, str):
-            return None
-        denies, warns, override = obj.get("denies"), obj.get("warns"), obj.get("override")
-        parent, reason, seen = obj.get("parent"), obj.get("interrupt_reason"), obj.get("last_seen")
-        return cls(
-            agent=agent,
-            harness=_typed(obj.get("harness"), str, ""),
-            parent=parent if isinstance(parent, str) else None,
-            calls=_typed(obj.get("calls"), int, 0),
-            window_fill=_typed(obj.get("window_fill"), int, 0),
-            window=_typed(obj.get("window"), int, 0),
-            cap=_typed(obj.get("cap"), int, 0),
-            worst_count=_typed(obj.get("worst_count"), int, 0),
-            worst_tool=_typed(obj.get("worst_tool"), str, ""),
-            worst_preview=_typed(obj.get("worst_preview"), str, ""),
-            duplicate_limit=_typed(obj.get("duplicate_limit"), int, 0),
-            denies={k: v for k, v in denies.items() if type(v) is int} if isinstance(denies, dict) else {},
-            status=_typed(obj.get("status"), str, "ok"),
-            last_tool=_typed(obj.get("last_tool"), str, ""),
-            last_seen=float(seen) if isinstance(seen, (int, float)) and not isinstance(seen, bool) else None,
-            interrupt_reason=reason if isinstance(reason, str) else None,
-            warns={k: v for k, v in warns.items() if type(v) is int} if isinstance(warns, dict) else {},
-            rule=_typed(obj.get("rule"), str, ""),
-            override={k: v for k, v in override.items() if type(v) is int} if isinstance(override, dict) else {},
-        )
-
-
-@dataclass(slots=True)
-class KeyRow:
-    """One repeated call: which agent, which tool, its preview, how often it is in that agent's window."""
-
-    agent: str
-    tool: str
-    preview: str
-    count: int
-
-    def to_json(self) -> dict[str, Any]:
-        return {"agent": self.agent, "tool": self.tool, "preview": self.preview, "count": self.count}
-
-    @classmethod
-    def from_json(cls, obj: dict[str, Any]) -> KeyRow | None:
-        if not isinstance(obj.get("agent"), str):
-            return None
-        return cls(
-            obj["agent"],
-            _typed(obj.get("tool"), str, ""),
-            _typed(obj.get("preview"), str, ""),
-            _typed(obj.get("count"), int, 0),
-        )
-
-
-@dataclass(slots=True)
+@nested
+@dataclass(slots=True, kw_only=True)
 class TripRow:
     """An agent's first deny of a kind: when, who, which kind, the tool, count and limit."""
 
-    time: float
+    time: float = 0.0
     agent: str
-    kind: str
-    tool: str
-    count: int
-    limit: int
+    kind: str = ""
+    tool: str = ""
+    count: int = 0
+    limit: int = 0
 
     def to_json(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
     @classmethod
     def from_json(cls, obj: dict[str, Any]) -> TripRow | None:
-        if not isinstance(obj.get("agent"), str):
-            return None
-        return cls(
-            _typed(obj.get("time"), float, 0.0),
-            obj["agent"],
-            _typed(obj.get("kind"), str, ""),
-            _typed(obj.get("tool"), str, ""),
-            _typed(obj.get("count"), int, 0),
-            _typed(obj.get("limit"), int, 0),
-        )
+        return from_json(cls, obj)
 
 
+@nested
 @dataclass(slots=True)
 class GuardStats:
     """The guard's counters and where it listens."""
@@ -894,24 +879,15 @@ class GuardStats:
 
     @classmethod
     def from_json(cls, obj: dict[str, Any]) -> GuardStats:
-        out = cls()
-        for f in fields(cls):
-            value = obj.get(f.name)
-            default = getattr(out, f.name)
-            if value is None:
-                continue
-            if isinstance(default, dict) and isinstance(value, dict):
-                setattr(out, f.name, {k: v for k, v in value.items() if type(v) is int})
-            elif default is None or type(value) is type(default) or (type(default) is float and type(value) is int):
-                setattr(out, f.name, value)
-        return out
+        return from_json(cls, obj) or cls()
 
 
+@nested
 @dataclass(slots=True)
 class ConfigFrame:
     """The config in force and where it came from."""
 
-    values: dict[str, Any]  # camelCase, as in the patch layer
+    values: dict[str, Any] = field(default_factory=dict)  # camelCase, as in the patch layer
     disabled: bool = False  # `disabled: true` on the row
     source: str | None = None  # the layer whose config is in force (None = built-in defaults)
     target: str | None = None  # where an edit is written
@@ -924,18 +900,7 @@ class ConfigFrame:
 
     @classmethod
     def from_json(cls, obj: dict[str, Any]) -> ConfigFrame:
-        values = obj.get("values")
-        layers, notes = obj.get("layers"), obj.get("notes")
-        source, target, error = obj.get("source"), obj.get("target"), obj.get("error")
-        return cls(
-            values=values if isinstance(values, dict) else {},
-            disabled=obj.get("disabled") is True,
-            source=source if isinstance(source, str) else None,
-            target=target if isinstance(target, str) else None,
-            layers=[x for x in layers if isinstance(x, str)] if isinstance(layers, list) else [],
-            notes=[x for x in notes if isinstance(x, str)] if isinstance(notes, list) else [],
-            error=error if isinstance(error, str) else None,
-        )
+        return from_json(cls, obj) or cls()
 
 
 @dataclass(slots=True)
@@ -951,18 +916,25 @@ class ConfigReply(Reply):
             return {"config": self.config.to_json()}
         return {"ok": True, "config": self.config.to_json(), "written": self.written}
 
+    @classmethod
+    def from_json(cls, obj: dict[str, Any]) -> ConfigReply | None:
+        config, written = obj.get("config"), obj.get("written")
+        if type(config) is not dict:
+            return None
+        return cls(ConfigFrame.from_json(config), written if type(written) is str else None, obj.get("ok") is True)
 
-@dataclass(slots=True)
+
+@dataclass(slots=True, kw_only=True)
 class StateFrame:
     """What subscribers see. `full`: every known agent (the first frame, or after falling behind);
     otherwise only agents that changed, `gone` ids, and `config` only when it changed. A frame too
     big for one tick's slice comes as several: `part` counts from 0, `last` is true on the final one;
     only part 0 carries `full`, `gone`, `top_keys`, `trips`, `stats` and `config`."""
 
-    seq: int
-    full: bool
-    time: float
-    agents: list[AgentRow]
+    seq: int = 0
+    full: bool = False
+    time: float = 0.0
+    agents: list[AgentRow] = field(default_factory=list)
     gone: list[str] = field(default_factory=list)
     top_keys: list[KeyRow] | None = None
     trips: list[TripRow] = field(default_factory=list)
@@ -985,26 +957,7 @@ class StateFrame:
 
     @classmethod
     def from_json(cls, obj: dict[str, Any]) -> StateFrame:
-        def rows(name: str, kind: Any) -> list[Any]:
-            items = obj.get(name)
-            if not isinstance(items, list):
-                return []
-            return [r for r in (kind.from_json(i) for i in items if isinstance(i, dict)) if r is not None]
-
-        stats, config, gone = obj.get("stats"), obj.get("config"), obj.get("gone")
-        return cls(
-            seq=_typed(obj.get("seq"), int, 0),
-            full=obj.get("full") is True,
-            time=_typed(obj.get("time"), float, 0.0),
-            agents=rows("agents", AgentRow),
-            gone=[g for g in gone if isinstance(g, str)] if isinstance(gone, list) else [],
-            top_keys=rows("top_keys", KeyRow) if "top_keys" in obj else None,
-            trips=rows("trips", TripRow),
-            stats=GuardStats.from_json(stats) if isinstance(stats, dict) else None,
-            config=ConfigFrame.from_json(config) if isinstance(config, dict) else None,
-            part=_typed(obj.get("part"), int, 0),
-            last=obj.get("last") is not False,
-        )
+        return from_json(cls, obj) or cls()
 
 
 @dataclass(slots=True)
@@ -1014,6 +967,11 @@ class SnapshotReply(Reply):
     def to_json(self) -> dict[str, Any]:
         return {"state": self.state.to_json(event=False)}
 
+    @classmethod
+    def from_json(cls, obj: dict[str, Any]) -> SnapshotReply | None:
+        state = obj.get("state")
+        return cls(StateFrame.from_json(state)) if type(state) is dict else None
+
 
 @dataclass(slots=True)
 class StatsReply(Reply):
@@ -1021,6 +979,28 @@ class StatsReply(Reply):
 
     def to_json(self) -> dict[str, Any]:
         return {"stats": self.stats.to_json()}
+
+    @classmethod
+    def from_json(cls, obj: dict[str, Any]) -> StatsReply | None:
+        stats = obj.get("stats")
+        return cls(GuardStats.from_json(stats)) if type(stats) is dict else None
+
+
+# Each op's reply type (the requests come before the replies in this file).
+for _cls, _reply in {
+    Hello: HelloReply,
+    Check: Decision,
+    HookCall: HookReply,
+    Ping: Pong,
+    ConfigGet: ConfigReply,
+    ConfigSet: ConfigReply,
+    Snapshot: SnapshotReply,
+    Stats: StatsReply,
+}.items():
+    _cls.reply_type = _reply
+for _cls in OPS.values():
+    if _cls.reply_type is None:
+        _cls.reply_type = Done
 
 
 # -- events ----------------------------------------------------------------------------------------
@@ -1031,55 +1011,43 @@ class InterruptEvent:
     """Pushed to every connection that checked for `agent` when the operator interrupts it."""
 
     agent: str
-    reason: str
+    reason: str = ""
 
     def encode(self) -> bytes:
         return encode_frame({"event": "interrupt", "agent": self.agent, "reason": self.reason})
 
     @classmethod
     def from_json(cls, obj: dict[str, Any]) -> InterruptEvent | None:
-        agent, reason = obj.get("agent"), obj.get("reason")
-        if not isinstance(agent, str):
-            return None
-        return cls(agent, reason if isinstance(reason, str) else "")
+        return from_json(cls, obj)
 
 
-@dataclass(slots=True)
+@nested
+@dataclass(slots=True, kw_only=True)
 class CallRow:
     """One call of a followed agent, as the guard decided it."""
 
-    time: float
+    time: float = 0.0
     tool: str
-    preview: str
-    decision: str  # "allow"; "warn" (allowed with a warning); "deny"; "pass" (allowed without being judged)
-    count: int
-    limit: int
-    rule: str  # the rule that denied or warned ("" otherwise)
+    preview: str = ""
+    decision: str = ""  # "allow"; "warn" (allowed with a warning); "deny"; "pass" (allowed without being judged)
+    count: int = 0
+    limit: int = 0
+    rule: str = ""  # the rule that denied or warned ("" otherwise)
 
     @classmethod
     def from_json(cls, obj: dict[str, Any]) -> CallRow | None:
-        if not isinstance(obj.get("tool"), str):
-            return None
-        return cls(
-            _typed(obj.get("time"), float, 0.0),
-            obj["tool"],
-            _typed(obj.get("preview"), str, ""),
-            _typed(obj.get("decision"), str, ""),
-            _typed(obj.get("count"), int, 0),
-            _typed(obj.get("limit"), int, 0),
-            _typed(obj.get("rule"), str, ""),
-        )
+        return from_json(cls, obj)
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, kw_only=True)
 class CallsEvent:
     """Pushed to a connection that follows `agent`: its calls since the last event (oldest first), the
     repeated keys in its window now, and how many calls it missed while it read nothing."""
 
     agent: str
-    calls: list[CallRow]
-    keys: list[KeyRow]
-    distinct: int  # distinct keys in its window
+    calls: list[CallRow] = field(default_factory=list)
+    keys: list[KeyRow] = field(default_factory=list)
+    distinct: int = 0  # distinct keys in its window
     dropped: int = 0
 
     def encode(self) -> bytes:
@@ -1096,23 +1064,7 @@ class CallsEvent:
 
     @classmethod
     def from_json(cls, obj: dict[str, Any]) -> CallsEvent | None:
-        agent = obj.get("agent")
-        if not isinstance(agent, str):
-            return None
-
-        def rows(name: str, kind: Any) -> list[Any]:
-            items = obj.get(name)
-            if not isinstance(items, list):
-                return []
-            return [r for r in (kind.from_json(i) for i in items if isinstance(i, dict)) if r is not None]
-
-        return cls(
-            agent,
-            rows("calls", CallRow),
-            rows("keys", KeyRow),
-            _typed(obj.get("distinct"), int, 0),
-            _typed(obj.get("dropped"), int, 0),
-        )
+        return from_json(cls, obj)
 
 
 Event = InterruptEvent | StateFrame | CallsEvent
@@ -1122,12 +1074,22 @@ _EVENTS: dict[str, Any] = {"state": StateFrame, "calls": CallsEvent, "interrupt"
 # -- the client side -------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """A reply matched to its request: the request's `id`, and the reply as that request's op answers it (an
+    `ErrorReply` for an error, or for a reply that is not what the op answers: `bad_reply`)."""
+
+    id: Any
+    reply: Reply | Decision
+
+
 class ClientSession:
-    """A client's side of one connection, without I/O: frames out, replies matched to their requests.
+    """A client's side of one connection, without I/O: requests out as bytes, typed replies and events in.
 
     `send(request)` gives the bytes to write (with a `hello` in front on the first call: the
     handshake is pipelined and costs no round trip); `receive(data)` takes bytes read and returns
-    what completed: `(id, reply dict)` pairs for requests and decoded events, in order. An error the
+    what completed, in order: an `Answer` per reply (the request's id and its reply, decoded by the
+    request's type) and the events (`InterruptEvent`, `StateFrame`, `CallsEvent`). An error the
     server could not tie to a request (`"id": null`) answers the oldest request waiting — replies
     come in request order — or, when the server closes after it, every request waiting.
     """
@@ -1136,9 +1098,9 @@ class ClientSession:
         self, hello: Hello | None = None, max_frame: int = 64 * 1024 * 1024, ids: Iterator[int] | None = None
     ) -> None:
         self.hello = hello
-        self.server_info: dict[str, Any] = {}
+        self.server_info: HelloReply | None = None  # the guard's answer to the handshake, once it came
         self._buffer = FrameBuffer(max_frame)
-        self._pending: deque[Any] = deque()  # request ids waiting, oldest first
+        self._pending: deque[tuple[Any, type[Request[Any]]]] = deque()  # (id, request type) waiting, oldest first
         self._ids = ids if ids is not None else itertools.count(1)  # a client may share one across connections
         self._hello_id: Any = None
 
@@ -1149,31 +1111,40 @@ class ClientSession:
     def waiting(self) -> int:
         return len(self._pending)
 
-    def send(self, request: Request | dict[str, Any]) -> bytes:
-        """The bytes for `request` (a Request, or a raw frame as a dict with `op` and `id`)."""
-        frame = request.encode() if isinstance(request, Request) else encode_frame(request)
-        rid = request.id if isinstance(request, Request) else request.get("id")
+    def send(self, request: Request[Any], frame: bytes | None = None) -> bytes:
+        """The bytes for `request`; one without an id is given the next one. `frame`: the request already
+        encoded (a client with an encoding of its own), with the request's id."""
+        if request.id is None:
+            request.id = self.next_id()
+        if frame is None:
+            frame = request.encode()
         out = b""
         if self.hello is not None:
             self.hello.id = self._hello_id = self.next_id()
-            self._pending.append(self._hello_id)
+            self._pending.append((self._hello_id, Hello))
             out = self.hello.encode()
             self.hello = None
-        self._pending.append(rid)
+        self._pending.append((request.id, type(request)))
         return out + frame
 
     def forget(self, rid: Any) -> None:
         """A request given up on (timed out): its reply, if it ever comes, is dropped."""
-        try:
-            self._pending.remove(rid)
-        except ValueError:
-            pass
+        for n, (pending, _kind) in enumerate(self._pending):
+            if pending == rid:
+                del self._pending[n]
+                return
 
-    def receive(self, data: bytes) -> list[tuple[Any, dict[str, Any]] | Event]:
+    def _kind(self, rid: Any) -> type[Request[Any]] | None:
+        for pending, kind in self._pending:
+            if pending == rid:
+                return kind
+        return None
+
+    def receive(self, data: bytes) -> list[Answer | Event]:
         """Frames in `data` (and before it) decoded. Raises ProtocolError if the stream is not ours
         (not JSON, a frame over the limit): the caller drops the connection."""
         self._buffer.feed(data)
-        out: list[tuple[Any, dict[str, Any]] | Event] = []
+        out: list[Answer | Event] = []
         for frame in self._buffer.frames():
             try:
                 msg = orjson.loads(frame)
@@ -1189,21 +1160,23 @@ class ClientSession:
                 continue
             rid = msg.get("id")
             if rid is None and "error" in msg:
-                error = ErrorReply.from_json(msg)
-                targets = list(self._pending) if error is not None and error.closes else list(self._pending)[:1]
+                error = ErrorReply.from_json(msg) or ErrorReply("bad_reply", f"unexpected reply {msg!r:.200}")
+                targets = [p for p, _k in self._pending] if error.closes else [p for p, _k in self._pending][:1]
                 for target in targets:
                     self.forget(target)
                     if target != self._hello_id:
-                        out.append((target, msg))
+                        out.append(Answer(target, error))
                 continue
-            if rid not in self._pending:
+            request = self._kind(rid)
+            if request is None:
                 continue  # a reply to a request given up on
             self.forget(rid)
+            reply = request.decode_reply(msg)
             if rid == self._hello_id:
-                self.server_info = msg
+                self.server_info = reply if isinstance(reply, HelloReply) else None
                 self._hello_id = None
                 continue
-            out.append((rid, msg))
+            out.append(Answer(rid, reply))
         if self._buffer.too_large:
             raise ProtocolError("frame_too_large", "the guard sent a frame over the client's limit")
         return out

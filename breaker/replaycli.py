@@ -100,7 +100,7 @@ def feed(reading: Reading, socket_path: str | None, speed: float, out: Any = sys
             if delay > 0:
                 time.sleep(delay)
         agent = reading.agents.get(call.agent)
-        extra: dict[str, str] = {}
+        extra: dict[str, Any] = {}
         harness = harness_of(agent.format) if agent is not None else None
         if harness is not None:
             extra["harness"] = harness

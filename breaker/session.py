@@ -30,7 +30,6 @@ from breaker.jobs import DecisionJob, IncidentJob, Job, JudgeJob
 from breaker.keys import Judged
 from breaker.persist import Persistence
 from breaker.protocol import (
-    ALLOW_FRAME_TAIL,
     HARNESS_OPS,
     MAX_FRAME,
     OPERATOR,
@@ -430,9 +429,7 @@ class ServerSession:
                 self._warned(agent, meta, req, v, now)
                 return Decision(True, count=v.count, limit=v.limit, warning=v.warning, rule=v.rule).encode(rid)
             counts[ALLOW if v.counted else PASS] += 1
-            if type(rid) is int and -(2**63) <= rid < 2**63:
-                return b'{"id":%d' % rid + ALLOW_FRAME_TAIL
-            return Decision(True).encode(rid)
+            return Decision.encode_allow(rid)
         counts[DENY] += 1
         kind = v.kind or ""
         self.tally.denies[kind] = self.tally.denies.get(kind, 0) + 1
@@ -489,7 +486,7 @@ class ServerSession:
     def _trip(self, agent: str, tool: str, kind: str, count: int, limit: int, now: float) -> None:
         self.tally.trips[kind] = self.tally.trips.get(kind, 0) + 1
         self.jobs.append(IncidentJob(kind=kind, tool=tool, count=count, limit=limit, agent=agent, when=now))
-        self.frames.trips.append(TripRow(now, agent, kind, tool, count, limit))
+        self.frames.trips.append(TripRow(time=now, agent=agent, kind=kind, tool=tool, count=count, limit=limit))
         log.info("trip %s: agent %r, tool %r, %d/%d", kind, agent, tool, count, limit)
 
     # -- agents and the harness ops ----------------------------------------------------------------------------------

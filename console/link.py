@@ -11,11 +11,29 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from breaker import __version__
 from breaker.client import AsyncGuardClient, GuardError, GuardUnavailable
-from breaker.protocol import CallsEvent, ConfigFrame, Event, GuardStats, StateFrame
+from breaker.protocol import (
+    CallsEvent,
+    ConfigFrame,
+    ConfigSet,
+    Event,
+    Follow,
+    GuardStats,
+    Interrupt,
+    Override,
+    Pause,
+    Request,
+    Reset,
+    Resume,
+    StateFrame,
+    Stats,
+    Subscribe,
+    Unfollow,
+    Uninterrupt,
+)
 
 __all__ = ["ConfigSaved", "GuardLink", "LinkError"]
 
@@ -34,10 +52,7 @@ class ConfigSaved:
     written: str | None  # None: applied in memory only (no patch layer to write)
 
 
-def _typed(reply: dict[str, Any], name: str, kind: type) -> Any:
-    """One field of a reply if it has the expected type, else None."""
-    value = reply.get(name)
-    return value if type(value) is kind else None
+R = TypeVar("R")
 
 
 class GuardLink:
@@ -82,9 +97,9 @@ class GuardLink:
                     self.connected = False
                     self.on_status("unreachable", f"lost the guard at {self.socket_path}; reconnecting")
                 try:
-                    await self.client.request("subscribe", timeout=2.0)
+                    await self.client.request(Subscribe(), timeout=2.0)
                     if self.following is not None:  # a new connection follows nothing yet
-                        await self.client.request("follow", timeout=2.0, agent=self.following)
+                        await self.client.request(Follow(agent=self.following), timeout=2.0)
                 except (GuardUnavailable, GuardError):
                     await asyncio.sleep(0.3)
                     continue
@@ -96,55 +111,50 @@ class GuardLink:
 
     async def interrupt(self, agent: str, reason: str) -> int:
         """Stop `agent`; how many harness connections were told."""
-        reply = await self._request("interrupt", agent=agent, reason=reason)
-        return _typed(reply, "notified", int) or 0
+        return (await self._request(Interrupt(agent=agent, reason=reason))).notified or 0
 
     async def uninterrupt(self, agent: str) -> bool:
         """Lift `agent`'s interrupt; whether the guard knew the agent."""
-        return _typed(await self._request("uninterrupt", agent=agent), "known", bool) is True
+        return (await self._request(Uninterrupt(agent=agent))).known is True
 
     async def reset(self, agent: str) -> bool:
         """Clear `agent`'s counts; whether the guard knew the agent."""
-        return _typed(await self._request("reset", agent=agent), "known", bool) is True
+        return (await self._request(Reset(agent=agent))).known is True
 
     async def override(self, agent: str, limits: dict[str, int | None]) -> dict[str, int] | None:
         """Give `agent` limits of its own (None takes one off); its limits now, or None for an agent not tracked."""
-        reply = await self._request("override", agent=agent, limits=limits)
-        if _typed(reply, "known", bool) is not True:
+        reply = await self._request(Override(agent=agent, limits=limits))
+        if reply.known is not True:
             return None
-        own = _typed(reply, "override", dict) or {}
-        return {k: v for k, v in own.items() if type(v) is int}
+        return reply.override or {}
 
     async def follow(self, agent: str, on_calls: Callable[[CallsEvent], None]) -> None:
         """Have `agent`'s calls sent to `on_calls` as they happen (one agent at a time), until `unfollow`."""
         self.following, self.on_calls = agent, on_calls
-        await self._request("follow", agent=agent)
+        await self._request(Follow(agent=agent))
 
     async def unfollow(self) -> None:
         self.following, self.on_calls = None, None
         if self.client.connected:
-            await self._request("unfollow")
+            await self._request(Unfollow())
 
     async def set_paused(self, paused: bool) -> bool:
         """Pause or resume the guard; whether it is paused now."""
-        reply = await self._request("pause" if paused else "resume")
-        said = _typed(reply, "paused", bool)
-        return paused if said is None else said
+        reply = await self._request(Pause() if paused else Resume())
+        return paused if reply.paused is None else reply.paused
 
     async def config_set(self, changes: dict[str, Any]) -> ConfigSaved:
         """Validate, write to the patch layer and apply `changes` (camelCase keys)."""
-        reply = await self._request("config_set", changes=changes)
-        config = _typed(reply, "config", dict)
-        return ConfigSaved(ConfigFrame.from_json(config) if config is not None else None, _typed(reply, "written", str))
+        reply = await self._request(ConfigSet(changes=changes))
+        return ConfigSaved(reply.config, reply.written)
 
     async def stats(self, timeout: float = 10.0) -> GuardStats | None:
-        """The guard's counters now (None if the reply had none)."""
-        stats = _typed(await self._request("stats", timeout=timeout), "stats", dict)
-        return GuardStats.from_json(stats) if stats is not None else None
+        """The guard's counters now."""
+        return (await self._request(Stats(), timeout=timeout)).stats
 
-    async def _request(self, op: str, timeout: float = 10.0, **fields: Any) -> dict[str, Any]:
+    async def _request(self, request: Request[R], timeout: float = 10.0) -> R:
         try:
-            return await self.client.request(op, timeout=timeout, **fields)
+            return await self.client.request(request, timeout=timeout)
         except GuardUnavailable as exc:
             raise LinkError(f"the guard is unreachable ({exc})") from None
         except GuardError as exc:

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from breaker.client import GuardClient, GuardError, GuardUnavailable
 from breaker.paths import python_child
+from breaker.protocol import Hello
 
 __all__ = ["GuardSupervisor", "live_guard", "stop_process"]
 
@@ -26,13 +27,12 @@ def live_guard(socket_path: Path) -> int | None:
     """The pid of a guard answering on `socket_path` (0 if it did not say), or None if none answers."""
     client = GuardClient(socket_path, timeout=0.5, hello=False)
     try:
-        hello = client.request("hello", harness="cbconsole-probe", role="console")
+        hello = client.request(Hello(harness="cbconsole-probe", role="console"))
     except (GuardUnavailable, GuardError):
         return None
     finally:
         client.close()
-    pid = hello.get("pid")
-    return pid if type(pid) is int else 0
+    return hello.pid
 
 
 async def stop_process(proc: asyncio.subprocess.Process, grace: float = 5.0) -> None:

@@ -31,6 +31,14 @@ PROMISES = {
         r"bytes per remembered call",
     ],
     "bench_reload.py": [r"median\s+[\d.]+ ms\s+p99\s+[\d.]+ ms\s+ratio\s+[\d.]+x"],
+    "bench_protocol.py": [
+        rf"{re.escape(case)}: median\s+[\d.]+ (us|ms)\s+p99\s+[\d.]+ (us|ms)\s+baseline .* ratio\s+[\d.]+x"
+        for case in (
+            "check frame decoded (decode_request)",
+            "check answered in process (ServerSession)",
+            "state frame of 100 agents read (StateFrame.from_json)",
+        )
+    ],
     "bench_console.py": [
         r"guard check with console:\s+p50\s+[\d.]+ us\s+p99\s+[\d.]+ us .* ratio p99\s+[\d.]+x",
         r"console event-loop lag:.*max\s+[\d.]+ ms",

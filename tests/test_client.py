@@ -7,11 +7,12 @@ import logging
 import threading
 from collections.abc import Iterator
 
+import orjson
 import pytest
 
 from breaker import client as client_module
 from breaker.client import AsyncGuardClient, Decision, GuardClient, GuardError
-from breaker.protocol import StateFrame
+from breaker.protocol import ConfigSet, Pause, Ping, Pong, Reset, StateFrame, Subscribe
 from tests.conftest import request
 from tests.guardproxy import GuardProxy, is_check
 from tests.waits import eventually, eventually_async
@@ -30,7 +31,8 @@ def test_the_handshake_is_sent_with_the_first_request_and_recorded(guard):
     client = GuardClient(guard.socket, harness="my-harness", version="9.9", timeout=30)
     client.check("a", "t", {})
     client.check("a", "t", {"x": 1})
-    assert client.server_info["server"] == "cbconsole-guard" and client.server_info["pid"] == guard.pid
+    info = client.server_info
+    assert info is not None and (info.server, info.pid, info.plane) == ("cbconsole-guard", guard.pid, "harness")
     stats = request(guard.operator, {"op": "stats", "id": 1})["stats"]
     assert stats["harnesses"] == {"my-harness": 1}
     client.close()
@@ -111,16 +113,16 @@ def test_sync_client_sees_an_interrupt_pushed_before_its_next_reply(guard):
 def test_operator_requests_raise_guard_error_with_the_code(guard):
     client = GuardClient(guard.operator, timeout=30)
     with pytest.raises(GuardError) as info:
-        client.request("config_set", changes={"window": -1})
+        client.request(ConfigSet(changes={"window": -1}))
     assert info.value.code == "bad_config"
-    assert client.request("ping")["pong"] is True
+    assert client.request(Ping()) == Pong()
 
 
 def test_the_harness_socket_refuses_operator_requests_with_operator_only(guard):
     client = GuardClient(guard.socket, timeout=30)
-    for op, fields in (("pause", {}), ("config_set", {"changes": {"enabled": False}}), ("reset", {"agent": "a"})):
+    for req in (Pause(), ConfigSet(changes={"enabled": False}), Reset(agent="a")):
         with pytest.raises(GuardError) as info:
-            client.request(op, **fields)
+            client.request(req)
         assert info.value.code == "operator_only"
     assert request(guard.operator, {"op": "stats", "id": 1})["stats"]["paused"] is False
 
@@ -196,7 +198,7 @@ def test_async_client_subscribes_to_state_events(guard):
     async def main() -> StateFrame:
         events: asyncio.Queue = asyncio.Queue()
         async with AsyncGuardClient(guard.operator, role="console", on_event=events.put_nowait, timeout=2) as client:
-            await client.request("subscribe")
+            await client.request(Subscribe())
             return await asyncio.wait_for(events.get(), 5)
 
     first = asyncio.run(main())
@@ -348,7 +350,8 @@ def test_a_check_the_guard_answers_with_an_error_is_asked_again_as_unjudgeable_a
     assert [(d.allowed, d.fallback) for d in decisions] == [(True, False)] * 2
     assert snapshot_agents(guard)["retried"]["calls"] == 2
     checks = [f for f in proxy.frames if is_check(f)]
-    assert len(checks) == 2 and b'"args":null,"args_unserializable":true' in checks[0]
+    first = orjson.loads(checks[0])
+    assert len(checks) == 2 and first.get("args") is None and first["args_unserializable"] is True
 
 
 @pytest.mark.parametrize("mode", ["sync", "async"])

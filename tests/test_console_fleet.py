@@ -76,10 +76,10 @@ def test_subagents_hang_under_the_parent_of_their_own_guard_in_the_tree():
 
 def test_top_keys_and_trips_of_every_guard_are_shown_by_the_agent_and_its_guard():
     state = ConsoleState(clock=lambda: 0.0, guards=["build", "laptop"])
-    key = KeyRow("a", "bash", 'bash command="make"', 3)
+    key = KeyRow(agent="a", tool="bash", preview='bash command="make"', count=3)
     trip = TripRow(time=1.0, agent="a", kind="duplicate", tool="bash", count=6, limit=6)
     state.apply(full([row("a")], top_keys=[key], trips=[trip]), guard=0)
-    state.apply(full([row("a")], top_keys=[KeyRow("a", "read", 'read path="x"', 5)]), guard=1)
+    state.apply(full([row("a")], top_keys=[KeyRow(agent="a", tool="read", preview='read path="x"', count=5)]), guard=1)
     assert [(k.agent, k.count) for k in state.top_keys] == [("1\x1fa", 5), ("0\x1fa", 3)]
     assert [state.name_of(k.agent) for k in state.top_keys] == ["a@laptop", "a@build"]
     assert [state.name_of(t.agent) for t in state.trips] == ["a@build"]
@@ -243,7 +243,7 @@ def test_an_incident_report_over_several_guards_names_each_guard_and_each_agents
     state = ConsoleState(clock=lambda: 0.0, guards=["build", "laptop"])
     trip = TripRow(time=1.0, agent="a", kind="duplicate", tool="bash", count=6, limit=6)
     state.apply(full([row("a", worst=6, status="duplicate")], trips=[trip]), guard=0)
-    state.apply(full([row("a")], top_keys=[KeyRow("a", "read", 'read path="x"', 2)]), guard=1)
+    state.apply(full([row("a")], top_keys=[KeyRow(agent="a", tool="read", preview='read path="x"', count=2)]), guard=1)
     report = report_json(state, datetime(2026, 12, 1, tzinfo=UTC), selected="1\x1fa")
     assert [g["label"] for g in report["guards"]] == ["build", "laptop"] and "guard" not in report
     assert [(a["agent"], a["guard"]) for a in report["agents"]] == [("a", "build"), ("a", "laptop")]

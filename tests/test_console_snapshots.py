@@ -811,17 +811,27 @@ def searcher_calls() -> CallsEvent:
     """What the guard sends for the looping searcher: a few other calls, then its loop, warned and denied."""
     query = 'web_search query="qwen3.8 gated deltanet repetition fix"'
     calls = [
-        CallRow(T0 - 30, "read", 'read path="notes/plan.md"', "allow", 1, 6, ""),
-        CallRow(T0 - 29, "todo_write", "todo_write", "pass", 0, 0, ""),
-        *(CallRow(T0 - 28 + i, "web_search", query, "allow", i + 1, 6, "") for i in range(5)),
-        CallRow(T0 - 22, "web_search", query, "warn", 6, 6, "duplicate"),
-        *(CallRow(T0 - 21 + i, "web_search", query, "deny", 6, 6, "duplicate") for i in range(12)),
+        CallRow(
+            time=T0 - 30, tool="read", preview='read path="notes/plan.md"', decision="allow", count=1, limit=6, rule=""
+        ),
+        CallRow(time=T0 - 29, tool="todo_write", preview="todo_write", decision="pass", count=0, limit=0, rule=""),
+        *(
+            CallRow(time=T0 - 28 + i, tool="web_search", preview=query, decision="allow", count=i + 1, limit=6, rule="")
+            for i in range(5)
+        ),
+        CallRow(time=T0 - 22, tool="web_search", preview=query, decision="warn", count=6, limit=6, rule="duplicate"),
+        *(
+            CallRow(
+                time=T0 - 21 + i, tool="web_search", preview=query, decision="deny", count=6, limit=6, rule="duplicate"
+            )
+            for i in range(12)
+        ),
     ]
     keys = [
-        KeyRow("session-demo-searcher", "web_search", query, 6),
-        KeyRow("session-demo-searcher", "read", 'read path="notes/plan.md"', 2),
+        KeyRow(agent="session-demo-searcher", tool="web_search", preview=query, count=6),
+        KeyRow(agent="session-demo-searcher", tool="read", preview='read path="notes/plan.md"', count=2),
     ]
-    return CallsEvent("session-demo-searcher", calls, keys, distinct=4)
+    return CallsEvent(agent="session-demo-searcher", calls=calls, keys=keys, distinct=4)
 
 
 DRILL = {

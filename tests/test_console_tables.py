@@ -187,7 +187,7 @@ async def test_a_click_selects_a_line_and_a_click_on_the_selected_line_opens_it(
 
 
 def key(agent: str, query: str, count: int) -> KeyRow:
-    return KeyRow(agent, "web_search", f'web_search query="{query}"', count)
+    return KeyRow(agent=agent, tool="web_search", preview=f'web_search query="{query}"', count=count)
 
 
 async def test_the_keys_table_keeps_its_rows_and_the_cursor_on_the_same_call_as_counts_move():

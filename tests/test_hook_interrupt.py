@@ -15,6 +15,7 @@ import pytest
 
 from breaker import Config
 from breaker.client import AsyncGuardClient
+from breaker.protocol import Interrupt
 from breaker.server import GuardServer, fill_command
 from tests.conftest import request
 from tests.waits import eventually, eventually_async
@@ -79,8 +80,8 @@ def test_without_a_command_an_interrupt_runs_nothing(tmp_path):
         await server.start()
         try:
             async with AsyncGuardClient(server.operator_path, timeout=5) as client:
-                reply = await client.request("interrupt", agent="a1", reason="r")
-                assert reply["ok"] is True
+                reply = await client.request(Interrupt(agent="a1", reason="r"))
+                assert reply.notified == 0
                 running = server.commands.in_flight  # a command's task is made before the reply is sent
             release.touch()
             await eventually_async(lambda: not server.commands.in_flight, what="the command to end")
@@ -112,7 +113,7 @@ def test_a_command_that_outlives_its_timeout_is_killed_with_its_children(tmp_pat
         await server.start()
         try:
             async with AsyncGuardClient(server.operator_path, timeout=5) as client:
-                await client.request("interrupt", agent="a1", reason="r")
+                await client.request(Interrupt(agent="a1", reason="r"))
                 decision = await client.check("a1", "bash", {})  # the guard answers while it runs
                 assert decision.kind == "interrupted"
             await eventually_async(lambda: not server.commands.in_flight, what="the command killed at its timeout")

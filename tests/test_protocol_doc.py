@@ -83,7 +83,7 @@ def test_every_row_field_is_documented_in_order_and_nothing_else(heading, cls):
 
 def test_the_state_frame_fields_are_documented_and_nothing_else():
     documented = [names(row[0])[0] for row in table("### State frame")]
-    frame = StateFrame(1, True, 0.0, [], stats=GuardStats(), config=ConfigFrame(values={}))
+    frame = StateFrame(seq=1, full=True, stats=GuardStats(), config=ConfigFrame(values={}))
     assert documented == [k for k in frame.to_json() if k != "event"]
 
 

@@ -582,3 +582,82 @@ def test_an_exact_number_nested_past_orjsons_depth_is_judged_too():
     assert decisions(session, ch, [raw_check(i, deep) for i in range(7)]) == ["allow"] * 6 + ["duplicate"]
     other = "[" * 300 + "1" * 310 + "2" + "]" * 300
     assert decisions(session, ch, [raw_check(8, other)]) == ["allow"]
+
+
+# -- typed both ways ----------------------------------------------------------------------------------
+
+
+def test_every_op_a_client_builds_by_keyword_comes_back_as_its_reply_type():
+    from breaker.protocol import (
+        AgentEnd,
+        Answer,
+        Check,
+        ClientSession,
+        ConfigGet,
+        Follow,
+        Hello,
+        HookCall,
+        Interrupt,
+        Override,
+        Pause,
+        Ping,
+        Reset,
+        Result,
+        Resume,
+        Snapshot,
+        Stats,
+        Subscribe,
+        Unfollow,
+        Uninterrupt,
+        Unsubscribe,
+    )
+
+    session = make()
+    ch = session.open("operator", UID, 7)
+    client = ClientSession(Hello(harness="pytest", role="console"))
+    payload = {"hook_event_name": "PreToolUse", "session_id": "s", "tool_name": "Bash", "tool_input": {"c": "ls"}}
+    sent = [
+        Check(agent="a", tool="t", args={"q": 1}, call_id="c1"),
+        Result(agent="a", digest="d", call_id="c1"),
+        HookCall(payload=json.dumps(payload), harness="claude-code"),
+        Ping(),
+        Subscribe(),
+        Unsubscribe(),
+        Interrupt(agent="b", reason="r"),
+        Uninterrupt(agent="b"),
+        Reset(agent="s"),
+        Override(agent="a", limits={"duplicateLimit": 3}),
+        Follow(agent="a"),
+        Unfollow(),
+        Pause(),
+        Resume(),
+        ConfigGet(),
+        Snapshot(top=1),
+        Stats(),
+        AgentEnd(agent="a"),
+    ]
+    session.receive(ch, b"".join(client.send(request) for request in sent))
+    settle(session)
+    answers = [item for item in client.receive(ch.take_output()) if isinstance(item, Answer)]
+    assert [a.id for a in answers] == [r.id for r in sent] and len(set(a.id for a in answers)) == len(sent)
+    assert [type(a.reply).__name__ for a in answers] == [r.reply_type.__name__ for r in sent]
+    by_op = {r.op: a.reply for r, a in zip(sent, answers, strict=True)}
+    assert by_op["check"].allowed and by_op["result"].matched is False  # the default rules await no result
+    assert by_op["hook"].exit == 0 and by_op["hook"].stdout == ""
+    assert by_op["override"].override == {"duplicateLimit": 3} and by_op["pause"].paused is True
+    # The snapshot is built when the session pumps, after `agent_end` let `a` go: `s` is the hook's agent.
+    assert [row.agent for row in by_op["snapshot"].state.agents] == ["s"] and by_op["stats"].stats.checks == 2
+    assert client.server_info is not None and client.server_info.plane == "operator"
+
+
+def test_a_reply_that_is_not_what_its_op_answers_is_a_bad_reply_and_an_unplaced_error_answers_the_oldest():
+    from breaker.protocol import Answer, ClientSession, ErrorReply, Ping, Stats
+
+    client = ClientSession()
+    ping, stats = Ping(), Stats()
+    client.send(ping)
+    client.send(stats)
+    (odd,) = client.receive(frame(id=ping.id, decision="allow"))
+    assert isinstance(odd, Answer) and isinstance(odd.reply, ErrorReply) and odd.reply.code == "bad_reply"
+    (error,) = client.receive(frame(id=None, error={"code": "bad_json", "message": "no"}))
+    assert error == Answer(stats.id, ErrorReply("bad_json", "no")) and client.waiting == 0

@@ -79,6 +79,7 @@ def _setup(harness: str, places: Places, project: Path | None = None) -> str:
 
 def check_guard(path: Path) -> Finding:
     from breaker.client import GuardClient, GuardError
+    from breaker.protocol import Ping
     from breaker.wire import GuardUnavailable
 
     start = "start it: `cbconsole` (the console, with the guard as its child) or `cbconsole --headless`"
@@ -101,7 +102,7 @@ def check_guard(path: Path) -> Finding:
         )
     client = GuardClient(path, timeout=3.0, hello=False)
     try:
-        reply = client.request("ping")
+        client.request(Ping())
     except (GuardUnavailable, OSError) as exc:
         return Finding(
             check="guard",
@@ -111,6 +112,9 @@ def check_guard(path: Path) -> Finding:
             fix=start,
         )
     except GuardError as exc:
+        if exc.code == "bad_reply":  # an answer, but not an error and not a pong
+            message = f"the socket at {path} does not answer as the guard does ({exc.message:.200})"
+            return Finding(check="guard", harness=None, status="fail", message=message, fix=start)
         return Finding(
             check="guard",
             harness=None,
@@ -121,14 +125,6 @@ def check_guard(path: Path) -> Finding:
         )
     finally:
         client.close()
-    if not reply.get("pong"):
-        return Finding(
-            check="guard",
-            harness=None,
-            status="fail",
-            message=f"the socket at {path} answered {reply!r:.200}, not as the guard does",
-            fix=start,
-        )
     return Finding(check="guard", harness=None, status="ok", message=f"the guard answers at {path}")
 
 

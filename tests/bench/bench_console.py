@@ -32,6 +32,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from breaker.client import GuardClient  # noqa: E402
+from breaker.protocol import Ping  # noqa: E402
 
 AGENTS = 100
 RATE = 5000
@@ -131,7 +132,7 @@ def start_guard(d: str) -> tuple[subprocess.Popen, str]:
     client = GuardClient(sock, timeout=0.5, hello=False)
     for _ in range(200):
         try:
-            client.request("ping")
+            client.request(Ping())
             break
         except Exception:
             time.sleep(0.05)

@@ -38,6 +38,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from breaker.client import GuardClient  # noqa: E402
+from breaker.protocol import Ping  # noqa: E402
 
 POPULATORS = 4  # client processes that create the agents, one connection each
 LOADERS = 2  # client processes of the background load
@@ -80,7 +81,7 @@ def start_guard(d: str) -> tuple[subprocess.Popen[bytes], str]:
     client = GuardClient(sock, timeout=0.5, hello=False)
     for _ in range(200):
         try:
-            client.request("ping")
+            client.request(Ping())
             break
         except Exception:
             time.sleep(0.05)

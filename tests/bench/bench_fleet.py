@@ -37,13 +37,14 @@ from bench_console_scale import load, pct, populate, rss_now, start_guard  # noq
 
 from breaker.client import GuardClient  # noqa: E402
 from breaker.paths import default_operator_socket_path  # noqa: E402
+from breaker.protocol import Subscribe  # noqa: E402
 
 
 def follower(operator: str, seconds: float, out: Any) -> None:
     """Subscribe and read every frame for `seconds`, as a console does (decoding each); how many it read."""
     frames = 0
     client = GuardClient(operator, timeout=5.0, harness="follower")
-    client.request("subscribe")
+    client.request(Subscribe())
     end = time.monotonic() + seconds
     while time.monotonic() < end:
         frames += client.poll_events()  # each frame decoded, as a console's link does
