@@ -413,7 +413,7 @@ def _encode(fields: dict[str, Any]) -> bytes:
 def _frame(op: str, request: HookRequest, harness: str, *, unjudgeable: bool = False) -> bytes:
     """The request's frame; b"" for a result the guard could not be sent (it is then not reported).
     `unjudgeable`: a check with its args as unjudgeable (the guard could not read them)."""
-    fields: dict[str, Any] = {"op": op, "id": 1, "agent": request.agent}
+    fields: dict[str, Any] = {"op": op, "id": 1, "agent": request.agent}  # cbhook must not import the protocol
     if op == "check":
         fields.update(
             tool=request.tool, harness=harness, parent=request.parent, call_id=request.call_id, args=request.args

@@ -135,3 +135,46 @@ def test_the_glossary_has_every_op_and_every_word_of_the_vocabulary():
         words |= set(get_args(kind))
     assert len(words) > 30
     assert sorted(words - named) == []
+
+
+# Where a request may be written as a dict: the protocol itself, and cbhook's own encoder (hookwire's `_frame`,
+# for the payloads cbhook reads itself), which must not import the protocol: it would load orjson and the config
+# into a process that starts once per tool call (docs/architecture.md). cbhook's `hook` frame is a bytes template.
+OP_DICTS_ALLOWED = {("breaker/protocol.py", None), ("breaker/hookwire.py", "_frame")}
+
+
+def op_dicts(source: str, file: str) -> list[tuple[str, str | None, int]]:
+    """(file, enclosing function, line) of each dict display with an "op" key and each dict(op=…) call."""
+    found = []
+
+    def walk(node: ast.AST, function: str | None) -> None:
+        for child in ast.iter_child_nodes(node):
+            inner = child.name if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)) else function
+            if isinstance(child, ast.Dict) and any(isinstance(k, ast.Constant) and k.value == "op" for k in child.keys):
+                found.append((file, function, child.lineno))
+            elif (
+                isinstance(child, ast.Call)
+                and isinstance(child.func, ast.Name)
+                and child.func.id == "dict"
+                and any(k.arg == "op" for k in child.keywords)
+            ):
+                found.append((file, function, child.lineno))
+            walk(child, inner)
+
+    walk(ast.parse(source, file), None)
+    return found
+
+
+def test_no_request_is_written_as_a_dict_outside_the_protocol_layer():
+    found = []
+    for package in PACKAGES:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            found += op_dicts(path.read_text(encoding="utf-8"), path.relative_to(ROOT).as_posix())
+    assert any(file == "breaker/hookwire.py" for file, _fn, _line in found)  # the scan sees cbhook's encoder
+    places = {(file, None if file == "breaker/protocol.py" else function) for file, function, _line in found}
+    assert places - OP_DICTS_ALLOWED == set()
+
+
+def test_the_op_dict_scan_finds_a_dict_display_and_a_dict_call():
+    source = 'def send(c):\n    c.write({"op": "ping", "id": 1})\n    c.write(dict(op="stats"))\n'
+    assert op_dicts(source, "x.py") == [("x.py", "send", 2), ("x.py", "send", 3)]
