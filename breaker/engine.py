@@ -1,19 +1,33 @@
-"""The guard engine: per-agent windows of call keys and the deny rules. Pure: no I/O, no clock."""
+"""The guard engine: per-agent windows of call keys, the agents' lifetimes, and the rules run in order.
+Pure: no I/O, no clock."""
 
 from __future__ import annotations
 
-import re
+from array import array
 from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 
+from breaker import rules as steps
 from breaker.config import AGENT_LIMITS, Config
 from breaker.keys import Judged, call_digest, preview, tool_class_name
+from breaker.rules import DENY_KINDS, Call, Hit, Kind, Outcome, ToolRules, Verdict, fill
 
-__all__ = ["AgentState", "AgentView", "Guard", "GuardView", "KeyView", "Verdict"]
+__all__ = [
+    "DENY_KINDS",
+    "AgentState",
+    "AgentView",
+    "Guard",
+    "GuardView",
+    "KeyView",
+    "Kind",
+    "Outcome",
+    "Pending",
+    "Verdict",
+]
 
 _SORT = orjson.OPT_SORT_KEYS
 _dumps = orjson.dumps
@@ -24,123 +38,42 @@ _REASON_CACHE_MAX = 4096
 # calls (what a flood of fresh ids is made of); tier 1: no deny yet; tier 2: denied at least once (a
 # trip, a cap). The least recently active agent of the lowest tier that holds one goes first.
 _NEW_CALLS = 10
-_PLACEHOLDER = re.compile(r"\{(tool|count|limit|kind|agent|rule|how)\}")
 INTERRUPTED_TEXT = "Circuit breaker (interrupted): the operator stopped this agent; do not call any more tools."
-
-DENY_KINDS = ("duplicate", "repeat", "cycle", "stall", "cap", "interrupted")
-# {how}: what a rule's count counts, as the messages say it
-_HOW = {
-    "duplicate": "identical calls among its recent ones",
-    "repeat": "identical calls in a row",
-    "cycle": "rounds of the same cycle of calls",
-    "cap": "tool calls in all",
-    "tool cap": "calls of this tool",
-    "stall": "calls of this tool in a row getting the same result",
-}
+_NO_RESULT = -1  # a slot whose key has no result yet (CPython's hash() never returns -1)
+# An agent's last judged call, as (outcome, rule): one shared pair per rule, so recording it allocates nothing.
+_DENIED: dict[str, tuple[Outcome, Kind]] = {kind: ("deny", kind) for kind in DENY_KINDS}
+_WARNED: dict[str, tuple[Outcome, Kind]] = {kind: ("warn", kind) for kind in DENY_KINDS}
 
 
-class _Rules:
-    """The limits one tool's calls are judged by: the config's, with the tool's overrides on top."""
+class Pending(NamedTuple):
+    """A call remembered until its result comes: what the result needs of it."""
 
-    __slots__ = (
-        "dup_limit",
-        "dup_warn",
-        "judged",
-        "name",
-        "progress",
-        "rep_limit",
-        "rep_warn",
-        "stall_limit",
-        "stall_warn",
-        "tool_cap",
-        "tool_warn",
-    )
-
-    def __init__(self, config: Config, name: str, judged: bool, overrides: dict[str, Any]) -> None:
-        self.judged = judged
-        self.name = name  # the tool's class name (case, `_` and `-` ignored), as exempt compares
-        self.dup_limit = overrides.get("duplicateLimit", config.duplicate_limit)
-        self.dup_warn = overrides.get("duplicateWarn", config.duplicate_warn)
-        self.rep_limit = overrides.get("repeatLimit", config.repeat_limit)
-        self.rep_warn = min(overrides.get("repeatWarn", config.repeat_warn), self.rep_limit)  # 0 while it is off
-        self.stall_limit = overrides.get("stallLimit", config.stall_limit)
-        self.stall_warn = min(overrides.get("stallWarn", config.stall_warn), self.stall_limit)
-        self.tool_cap = overrides.get("maxCalls", 0)
-        self.tool_warn = min(overrides.get("maxCallsWarn", 0), self.tool_cap)
-        self.progress = overrides.get("progress", config.progress)
-
-
-class Verdict:
-    """The answer for one call.
-
-    allowed: the call may run. kind: None, or the rule that denied: "duplicate", "repeat", "cycle",
-    "cap" or "interrupted". reason: the deny text for the model ("" when allowed).
-    count/limit: the tally of the rule that denied or warned, and its limit — for a duplicate the
-    key's occurrences in the window and duplicateLimit; for a repeat the calls in a row; for a cycle
-    its rounds; for a cap the calls made (of the tool, for a per-tool cap) and the cap. For an
-    allowed judged call without a warning, the key's occurrences including this call and
-    duplicateLimit; 0/0 for calls the guard does not judge (disabled, paused, exempt, outside `only`).
-    warning/rule: an allowed call near a limit carries the text for the model and the rule ("" and
-    None otherwise); a deny's rule is its kind.
-    first: this is the agent's first deny of this kind (the one the incident log records).
-    counted: the call was recorded (took a window slot and counts toward the cap).
-    key: the call's digest as the window compares it, for tools that tally calls the same way
-    (None when it was not computed: not judged, capped, interrupted, or unserializable args).
-    """
-
-    __slots__ = ("allowed", "count", "counted", "first", "key", "kind", "limit", "reason", "rule", "warning")
-
-    def __init__(
-        self,
-        allowed: bool,
-        kind: str | None = None,
-        reason: str = "",
-        count: int = 0,
-        limit: int = 0,
-        first: bool = False,
-        counted: bool = False,
-        key: int | None = None,
-        warning: str = "",
-        rule: str | None = None,
-    ) -> None:
-        self.allowed = allowed
-        self.key = key
-        self.warning = warning  # an allowed call near a limit: the text the model is shown ("" = none)
-        self.rule = rule  # the rule that warned (allowed) or denied (= kind)
-        self.kind = kind
-        self.reason = reason
-        self.count = count
-        self.limit = limit
-        self.first = first
-        self.counted = counted
-
-    def __repr__(self) -> str:
-        if self.allowed:
-            warned = f", warned by {self.rule}" if self.warning else ""
-            return f"Verdict(allow, count={self.count}, limit={self.limit}, counted={self.counted}{warned})"
-        return f"Verdict(deny {self.kind}, count={self.count}, limit={self.limit}, first={self.first})"
-
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, Verdict):
-            return NotImplemented
-        return all(getattr(self, s) == getattr(other, s) for s in self.__slots__)
-
-    __hash__ = None  # type: ignore[assignment]
+    key: int | None  # its digest (None: args it could not key)
+    warning: str  # the warning its check gave ("" if none), for harnesses that show it with the result
+    progress: bool  # its tool's rules have `progress`
+    tool: str
 
 
 _NOT_JUDGED = Verdict(True)
+_new_verdict = tuple.__new__  # a Verdict from all its fields at once: half the cost of Verdict(...) on the hot path
 
 
 class _Agent:
-    """One agent's state: its window (ring of keys + count per key) and its lifetime tallies."""
+    """One agent's state: its window and its lifetime tallies.
+
+    The window is a ring of keys (oldest first) and a count per key. Each key in the window holds a
+    slot: `index` maps the key to it, `tally[slot]` is its count and `results[slot]` a hash of its
+    last result's digest — numbers in flat lists and arrays rather than a dict per fact, so that a
+    remembered call costs its ring entry, one dict entry and a few machine words."""
 
     __slots__ = (
         "before",
         "calls",
-        "counts",
         "cycles",
         "cycling",
         "denies",
+        "free",
+        "index",
         "last",
         "last_key",
         "last_seen",
@@ -155,6 +88,7 @@ class _Agent:
         "stall_digest",
         "stall_n",
         "stall_tool",
+        "tally",
         "tier",
         "tool_calls",
         "warns",
@@ -162,12 +96,15 @@ class _Agent:
 
     def __init__(self) -> None:
         self.ring: deque[int | None] = deque()  # None = a call the guard could not judge
-        self.counts: dict[int, int] = {}
+        self.index: dict[int, int] = {}  # key -> its slot
+        self.tally: list[int] = []  # slot -> the key's occurrences in the window (0: a free slot)
+        self.free: list[int] = []  # slots no key holds
+        self.results: array[int] | None = None  # progress: slot -> a hash of its key's last result (_NO_RESULT)
         self.previews: dict[int, tuple[str, str]] = {}  # only keys seen at least twice
         self.calls = 0  # allowed, counted calls over the agent's life
         self.denies: dict[str, int] = {}  # deny kind -> how many of its calls were denied
         self.warns: dict[str, int] = {}  # rule -> how many of its calls were allowed with a warning
-        self.last = ""  # how its last judged call went: "", "warn:<rule>" or "deny:<kind>"
+        self.last: tuple[Outcome, Kind] | None = None  # how its last judged call went, if warned or denied
         self.last_tool = ""
         self.last_seen: float | None = None
         # the repeat rule: the key of its last allowed call, and how many times in a row it came
@@ -177,11 +114,9 @@ class _Agent:
         self.cycles: list[int] | None = None
         self.cycling = False  # some entry of cycles is not 0
         self.recent: deque[int | None] | None = None  # the last calls it tried, for the cycle rule
-        # progress: per key, its calls since its result last changed, and its last result's digest
+        # progress: per key, its occurrences from before its result last changed
         self.before: dict[int, int] | None = None
-        self.results: dict[int, int] | None = None  # per key, a hash of its last result's digest
-        # call id (or an anonymous one) -> (key, warning) of its calls awaiting their result
-        self.pending: OrderedDict[Any, tuple[int | None, str, bool, str]] | None = None
+        self.pending: OrderedDict[Any, Pending] | None = None  # call id (or an anonymous one) -> the call
         self.tool_calls: dict[str, int] | None = None  # per-tool caps: calls per tool
         # the stall rule: the tool of its last calls in a row, the result they got, and how many got it
         self.stall_tool: str | None = None
@@ -189,6 +124,98 @@ class _Agent:
         self.stall_n = 0
         self.limits: dict[str, int] | None = None  # the operator's override (Guard._limits holds it)
         self.tier = 0  # its eviction tier (_NEW_CALLS)
+
+    def count(self, key: int) -> int:
+        """The key's occurrences in the window."""
+        slot = self.index.get(key)
+        return 0 if slot is None else self.tally[slot]
+
+    def take_slot(self, key: int) -> int:
+        """A slot for a key new to the window, counted once."""
+        free = self.free
+        if free:
+            slot = free.pop()
+            self.tally[slot] = 1
+        else:
+            slot = len(self.tally)
+            self.tally.append(1)
+        self.index[key] = slot
+        return slot
+
+    def leave(self, key: int, slot: int) -> None:
+        """The key's last occurrence left the window: its slot and what progress kept of it go."""
+        del self.index[key]
+        self.tally[slot] = 0
+        self.free.append(slot)
+        results = self.results
+        if results is not None and slot < len(results):
+            results[slot] = _NO_RESULT
+        if self.before:
+            self.before.pop(key, None)
+
+    def result_of(self, slot: int, seen: int) -> int:
+        """Record a hash of the slot's newest result; the one it had before (_NO_RESULT: none)."""
+        results = self.results
+        if results is None:
+            results = self.results = array("q")
+        if len(results) <= slot:
+            results.frombytes(b"\xff" * 8 * (len(self.tally) - len(results)))  # _NO_RESULT, in two's complement
+        previous = results[slot]
+        results[slot] = seen
+        return previous
+
+    def export(self, agent: str) -> AgentState:
+        """Its state as plain values (the limits are the guard's to add)."""
+        index, results = self.index, self.results
+        return AgentState(
+            agent=agent,
+            calls=self.calls,
+            denies=dict(self.denies),
+            ring=list(self.ring),
+            previews=dict(self.previews),
+            last_tool=self.last_tool,
+            last_seen=self.last_seen,
+            warns=dict(self.warns),
+            last=self.last,
+            last_key=self.last_key,
+            run=self.run,
+            cycles=list(self.cycles) if self.cycles is not None else None,
+            recent=list(self.recent) if self.recent is not None else None,
+            before=dict(self.before) if self.before is not None else None,
+            results=(
+                {k: results[s] for k, s in index.items() if s < len(results) and results[s] != _NO_RESULT}
+                if results is not None
+                else None
+            ),
+            tool_calls=dict(self.tool_calls) if self.tool_calls is not None else None,
+            stall=(self.stall_tool, self.stall_digest, self.stall_n) if self.stall_tool is not None else None,
+            limits=dict(self.limits) if self.limits else None,
+        )
+
+    def restore_window(self, state: AgentState, period: int) -> None:
+        """Take the window and the rules' tallies from `state` (digests this process's hash key made)."""
+        self.last_key, self.run = state.last_key, state.run
+        self.cycles = list(state.cycles) if state.cycles is not None else None
+        self.cycling = any(self.cycles or ())
+        self.recent = deque(state.recent, maxlen=period) if state.recent is not None else None
+        self.before = dict(state.before) if state.before is not None else None
+        self.ring = deque(state.ring)
+        index, tally = self.index, self.tally
+        for key in state.ring:
+            if key is not None:
+                slot = index.get(key)
+                if slot is None:
+                    self.take_slot(key)
+                else:
+                    tally[slot] += 1
+        if state.results is not None:
+            self.results = array("q")
+            for key, seen in state.results.items():
+                if key in index:
+                    self.result_of(index[key], seen)
+        for key, slot in index.items():
+            if tally[slot] >= 2:
+                self.previews[key] = state.previews.get(key, ("", ""))
 
 
 class _Ledger:
@@ -212,6 +239,21 @@ class _Ledger:
         st.calls, st.denies, st.warns, st.tool_calls = self.calls, self.denies, self.warns, self.tool_calls
         st.last_tool, st.last_seen, st.tier = self.last_tool, self.last_seen, self.tier
         return st
+
+    def export(self, agent: str, limits: dict[str, int] | None) -> AgentState:
+        return AgentState(
+            agent=agent,
+            calls=self.calls,
+            denies=dict(self.denies),
+            ring=[],
+            previews={},
+            last_tool=self.last_tool,
+            last_seen=self.last_seen,
+            warns=dict(self.warns),
+            tool_calls=dict(self.tool_calls) if self.tool_calls is not None else None,
+            limits=dict(limits) if limits is not None else None,
+            retired=True,
+        )
 
 
 class _Tiers:
@@ -242,6 +284,60 @@ class _Tiers:
     def clear(self) -> None:
         for lru in self.lru:
             lru.clear()
+
+
+class _TopKeys:
+    """The repeated keys of every agent, by count (>= 2), kept as calls happen: the top keys are read
+    from the highest buckets down instead of scanning every agent's window."""
+
+    __slots__ = ("buckets", "top")
+
+    def __init__(self) -> None:
+        self.buckets: dict[int, dict[tuple[str, int], None]] = {}
+        self.top = 0  # no bucket above this holds anything
+
+    def add(self, agent: str, key: int, n: int) -> None:
+        bucket = self.buckets.get(n)
+        if bucket is None:
+            bucket = self.buckets[n] = {}
+        bucket[(agent, key)] = None
+        if n > self.top:
+            self.top = n
+
+    def up(self, agent: str, key: int, n: int) -> None:
+        """The key's count went from n (>= 1) to n + 1."""
+        if n > 1:
+            del self.buckets[n][(agent, key)]
+        self.add(agent, key, n + 1)
+
+    def down(self, agent: str, key: int, n: int) -> None:
+        """The key's count went from n + 1 to n (>= 1)."""
+        del self.buckets[n + 1][(agent, key)]
+        if n > 1:
+            self.add(agent, key, n)
+
+    def drop(self, agent: str, st: _Agent) -> None:
+        """The agent's window goes: its keys leave the buckets."""
+        buckets = self.buckets
+        for key in st.previews:
+            del buckets[st.count(key)][(agent, key)]
+
+    def read(self, top: int) -> Iterable[tuple[str, int, int]]:
+        """(agent, key, count) of the most repeated keys, most first, until the caller has `top`. The cost is
+        the number of keys read plus the empty buckets skipped, never the number of agents."""
+        buckets = self.buckets
+        n = self.top
+        while n >= 2:
+            bucket = buckets.get(n)
+            if not bucket:
+                if n == self.top:
+                    buckets.pop(n, None)
+                    self.top = n - 1  # nothing this high any more
+                n -= 1
+                continue
+            for agent, key in bucket:
+                yield agent, key, n
+            n -= 1
 
 
 class _Interrupt:
@@ -314,7 +410,7 @@ class AgentState:
     last_tool: str
     last_seen: float | None
     warns: dict[str, int] = field(default_factory=dict)
-    last: str = ""  # how its last judged call went: "", "warn:<rule>" or "deny:<kind>"
+    last: tuple[Outcome, Kind] | None = None  # how its last judged call went, if warned or denied
     last_key: int | None = None  # the repeat rule: its last allowed call, and how many times in a row
     run: int = 0
     cycles: list[int] | None = None  # the cycle rule's runs, per period
@@ -347,11 +443,9 @@ class Guard:
         self._retired_tiers = _Tiers()
         self._interrupted: OrderedDict[str, _Interrupt] = OrderedDict()
         self._limits: dict[str, dict[str, int]] = {}  # the operator's per-agent limits, oldest first
-        self._tools: dict[str, _Rules] = {}
-        # The repeated keys of every agent, by count (>= 2), kept as calls happen: the top keys are
-        # read from the highest buckets down instead of scanning every agent's window.
-        self._buckets: dict[int, dict[tuple[str, int], None]] = {}
-        self._top = 0  # no bucket above this holds anything
+        self._tools: dict[str, ToolRules] = {}
+        self._top_keys = _TopKeys()
+        self._call = Call()
         self.on_remove = on_remove
         self.paused = False
         self.checks = 0
@@ -375,26 +469,18 @@ class Guard:
         self._only = frozenset(map(tool_class_name, config.only))
         self._tools.clear()
         self._overrides = {tool_class_name(tool): dict(o) for tool, o in config.tools}
-        self._cycle_limit = config.cycle_limit
         self._period = config.cycle_period
         self._no_cycles = [0] * (config.cycle_period + 1)
-        self._progress = config.progress or any(o.get("progress") for o in self._overrides.values())
-        # each rule warns only while it is on (its limit set)
-        self._cycle_warn = config.cycle_warn if config.cycle_limit else 0
-        self._cap_warn = min(config.cap_warn, config.max_calls_per_agent)
         self._stall = config.stall_limit or any(o.get("stallLimit") for o in self._overrides.values())
-        tool_keys = ("duplicateWarn", "repeatWarn", "maxCallsWarn", "stallWarn")
-        warns = (config.duplicate_warn, config.repeat_warn, self._cycle_warn, self._cap_warn, config.stall_warn)
-        self._warns = any(warns) or any(o.get(k) for o in self._overrides.values() for k in tool_keys)
         self._reasons: dict[tuple[str, str, int, int, str], str] = {}
         self._bound()
         while len(self._interrupted) > config.max_agents:
             self._interrupted.popitem(last=False)
 
-    def _classify(self, tool: str) -> _Rules:
+    def _classify(self, tool: str) -> ToolRules:
         name = tool_class_name(tool)
         judged = name in self._only if self._only else name not in self._exempt
-        rules = _Rules(self._config, name, judged, self._overrides.get(name, {}))
+        rules = ToolRules(self._config, name, judged, self._overrides.get(name, {}))
         if len(self._tools) >= _TOOL_CACHE_MAX:
             self._tools.clear()
         self._tools[tool] = rules
@@ -415,6 +501,12 @@ class Guard:
     ) -> Verdict:
         """Decide one call of `tool` with `args` by `agent`; allowed calls are recorded.
 
+        In order: an operator interrupt denies; a disabled or paused guard, an exempt tool (or one
+        outside `only`) pass unjudged; then the cap, and once the call is keyed the rules in
+        `ToolRules.denies` (duplicate, repeat, cycle, stall: breaker/rules.py) — the first that
+        objects denies. An allowed call is recorded and may carry the first warning of
+        `ToolRules.warns`.
+
         `now` (seconds, any clock) is only stored for displays ("age of the last call").
         `unjudgeable`: the harness could not serialize the args; the call is judged as args that
         cannot be keyed (allowed and counted, matching nothing). `call_id`: the harness's id for the
@@ -427,39 +519,34 @@ class Guard:
         config = self._config
         if not config.enabled or self.paused:
             return _NOT_JUDGED
-        rules = self._tools.get(tool)
-        if rules is None:
-            rules = self._classify(tool)
+        rules = self._tools.get(tool) or self._classify(tool)
         if not rules.judged:
             return _NOT_JUDGED
 
-        agents = self._agents
-        st = agents.get(agent)
+        st = self._agents.get(agent)
         if st is None:
             st = self._admit(agent)
         else:
-            agents.move_to_end(agent)
+            self._agents.move_to_end(agent)
             self._tiers.lru[st.tier].move_to_end(agent)
         st.last_tool = tool
         st.last_seen = now
 
-        cap = config.max_calls_per_agent
+        c = self._call
+        c.rules = rules
         own = st.limits
-        if own is not None:
-            cap = own.get("maxCallsPerAgent", cap)
-        if cap and st.calls >= cap:
-            return self._deny(st, agent, tool, "cap", st.calls, cap)
-        tool_calls = 0
-        if rules.tool_cap:
-            tool_calls = st.tool_calls.get(rules.name, 0) if st.tool_calls else 0
-            if tool_calls >= rules.tool_cap:
-                return self._deny(st, agent, tool, "cap", tool_calls, rules.tool_cap)
-
+        c.cap = cap = (
+            config.max_calls_per_agent if own is None else own.get("maxCallsPerAgent", config.max_calls_per_agent)
+        )
+        c.calls = st.calls
+        c.tool_calls = st.tool_calls.get(rules.name, 0) if st.tool_calls else 0
+        if cap or rules.tool_cap:
+            hit = steps.cap(c)
+            if hit is not None:
+                return self._deny(st, agent, tool, hit, None)
         ring = st.ring
-        window = config.window
-        if len(ring) > window:  # the window was made smaller since this agent's last call
-            while len(ring) > window:
-                self._evict(agent, st, ring.popleft())
+        while len(ring) > config.window:  # the window was made smaller since this agent's last call
+            self._evict(agent, st, ring.popleft())
 
         ignore = self._ignore
         if ignore and isinstance(args, dict) and not ignore.isdisjoint(args):
@@ -471,14 +558,53 @@ class Guard:
                 key = hash(_dumps((tool, args), option=_SORT))  # call_digest's fast path, inlined: the hot path
             except Exception:
                 key = call_digest(tool, args)
-        stalled = 0
+        c.key = key
+        if self._stall or rules.cycle_limit:
+            self._track(c, st, tool, key)
+        else:
+            c.stalled = c.cycle_len = c.cycle_p = 0
+        c.limit = limit = rules.dup_limit if own is None else own.get("duplicateLimit", rules.dup_limit)
+        slot = None if key is None else st.index.get(key)
+        n = seen = 0 if slot is None else st.tally[slot]
+        if n and st.before and rules.progress:  # only the identical calls since its result last changed count
+            seen = n - st.before.get(key, 0)  # type: ignore[arg-type]
+        c.seen = seen
+        c.in_row = st.run if key is not None and key == st.last_key else 0
+        # No step objects below its warning's threshold (a deny's is at or above it): a call below every one of
+        # them, the common case, skips the steps.
+        near = (
+            c.cycle_p or c.stalled or c.in_row >= rules.rep_near or (key is not None and seen >= limit - rules.dup_warn)
+        )
+        if near:
+            for judge in rules.denies:
+                hit = judge(c)
+                if hit is not None:
+                    return self._deny(st, agent, tool, hit, key)
+
+        self._record(c, st, agent, tool, args, judged, slot, n)
+        if st.last is not None:
+            st.last = None
+        if near or rules.cap_warn or rules.tool_warn:
+            for warn in rules.warns:  # the first rule near its limit warns
+                hit = warn(c)
+                if hit is not None:  # remembered whatever its rules: a harness may show the warning with the result
+                    warning = self._warn(st, agent, tool, hit)
+                    self._remember(st, call_id, Pending(key, warning, rules.progress, tool))
+                    return Verdict(True, None, "", hit.tally, hit.limit, False, True, key, warning, hit.rule)
+        if call_id is not None and (rules.progress or self._stall):
+            self._remember(st, call_id, Pending(key, "", rules.progress, tool))
+        return _new_verdict(Verdict, (True, None, "", seen + 1, limit, False, True, key, "", None))
+
+    def _track(self, c: Call, st: _Agent, tool: str, key: int | None) -> None:
+        """What the stall and cycle rules count of every keyed call, denied or not."""
+        c.stalled = 0
         if self._stall:  # a call of another tool ends the run of calls the stall rule counts
             if tool != st.stall_tool:
                 st.stall_tool, st.stall_digest, st.stall_n = tool, None, 0
-            elif rules.stall_limit:
-                stalled = st.stall_n
-        cycle_len = cycle_p = 0
-        if self._cycle_limit:  # every call it tries moves the cycle rule on
+            elif c.rules.stall_limit:
+                c.stalled = st.stall_n
+        c.cycle_len = c.cycle_p = 0
+        if c.rules.cycle_limit:  # every call it tries moves the cycle rule on
             recent = st.recent
             if recent is not None and (key is None or key not in recent) and recent.maxlen == self._period:
                 # the common case, inline: a call it has not just made continues no cycle
@@ -487,113 +613,70 @@ class Guard:
                     st.cycling = False
                 recent.append(key)
             else:
-                cycle_len, cycle_p = self._cycle(st, key)
-        limit = rules.dup_limit if own is None else own.get("duplicateLimit", rules.dup_limit)
-        if key is None:
-            n = seen = 0
-        else:
-            counts = st.counts
-            n = seen = counts.get(key, 0)
-            if st.before and rules.progress:  # only the identical calls since its result last changed count
-                seen = n - st.before.get(key, 0)
-            if seen >= limit:
-                verdict = self._deny(st, agent, tool, "duplicate", seen, limit)
-                verdict.key = key
-                return verdict
-        # the repeat rule: the same call back to back
-        in_row = st.run if key is not None and key == st.last_key else 0
-        if rules.rep_limit and in_row >= rules.rep_limit:
-            verdict = self._deny(st, agent, tool, "repeat", in_row, rules.rep_limit)
-            verdict.key = key
-            return verdict
-        # the cycle rule: A-B-A-B… (periods 2 … cyclePeriod), over the calls it tried (denied ones too)
-        if self._cycle_limit and cycle_p:
-            if cycle_len > self._cycle_limit * cycle_p:
-                verdict = self._deny(st, agent, tool, "cycle", self._cycle_limit + 1, self._cycle_limit)
-                verdict.key = key
-                return verdict
-        # the stall rule: this tool's last calls in a row all got the same result, whatever their args
-        if stalled and stalled >= rules.stall_limit:
-            verdict = self._deny(st, agent, tool, "stall", stalled, rules.stall_limit)
-            verdict.key = key
-            return verdict
+                self._cycle(c, st, key)
 
-        if key is not None:
-            counts[key] = n + 1
-            if n:  # a repeat: it moves up one bucket of the top keys
-                buckets = self._buckets
-                pair = (agent, key)
-                if n == 1:
-                    st.previews[key] = (tool, preview(tool, args) if judged is None else judged.preview)
-                else:
-                    del buckets[n][pair]
-                bucket = buckets.get(n + 1)
-                if bucket is None:
-                    bucket = buckets[n + 1] = {}
-                bucket[pair] = None
-                if n + 1 > self._top:
-                    self._top = n + 1
+    def _record(
+        self, c: Call, st: _Agent, agent: str, tool: str, args: Any, judged: Judged | None, slot: int | None, n: int
+    ) -> None:
+        """An allowed call takes its place in the window and the tallies."""
+        key = c.key
+        if key is None:
+            pass
+        elif slot is None:  # a key new to the window: a slot of its own (take_slot, inline: the hot path)
+            free, tally = st.free, st.tally
+            if free:
+                slot = free.pop()
+                tally[slot] = 1
+            else:
+                slot = len(tally)
+                tally.append(1)
+            st.index[key] = slot
+        else:  # a repeat: it moves up one bucket of the top keys
+            st.tally[slot] = n + 1
+            if n == 1:
+                st.previews[key] = (tool, preview(tool, args) if judged is None else judged.preview)
+            self._top_keys.up(agent, key, n)
+        ring = st.ring
         ring.append(key)
-        st.calls += 1
+        c.calls = st.calls = st.calls + 1
         if not st.tier and st.calls >= _NEW_CALLS:
             self._tiers.move(agent, 0, 1)
             st.tier = 1
-        st.run = in_row + 1
+        st.run = c.in_row + 1
         st.last_key = key
+        rules = c.rules
         if rules.tool_cap or rules.tool_warn:
             if st.tool_calls is None:
                 st.tool_calls = {}
-            tool_calls = st.tool_calls[rules.name] = st.tool_calls.get(rules.name, 0) + 1
-        if len(ring) > window:
+            c.tool_calls = st.tool_calls[rules.name] = st.tool_calls.get(rules.name, 0) + 1
+        if len(ring) > self._config.window:
             old = ring.popleft()
             if old is not None:
-                m = st.counts[old]
-                if m == 1:
-                    del st.counts[old]
-                    if st.results:
-                        st.results.pop(old, None)
-                        if st.before:
-                            st.before.pop(old, None)
+                old_slot = st.index[old]
+                if st.tally[old_slot] == 1 and st.results is None and not st.before:
+                    del st.index[old]  # a key seen once leaves: leave(), inline
+                    st.tally[old_slot] = 0
+                    st.free.append(old_slot)
                 else:
                     self._evict(agent, st, old)
-        verdict = Verdict(True, None, "", seen + 1, limit, False, True, key)
-        # A warning, if a rule is near its limit: the rule whose deny comes first.
-        # A warning on the last calls a rule allows (each rule's *Warn of them): the rule whose deny
-        # comes first speaks.
-        if st.last:
-            st.last = ""
-        if not self._warns:
-            pass
-        elif rules.rep_warn and in_row >= rules.rep_limit - rules.rep_warn and key is not None:
-            self._warn(verdict, st, agent, tool, "repeat", in_row + 1, rules.rep_limit)
-        elif cycle_p and self._cycle_warn and cycle_len > self._cycle_limit * cycle_p - self._cycle_warn:
-            self._warn(verdict, st, agent, tool, "cycle", -(-cycle_len // cycle_p), self._cycle_limit)
-        elif rules.dup_warn and seen >= limit - rules.dup_warn and key is not None:
-            self._warn(verdict, st, agent, tool, "duplicate", seen + 1, limit)
-        elif stalled and rules.stall_warn and stalled >= rules.stall_limit - rules.stall_warn:
-            self._warn(verdict, st, agent, tool, "stall", stalled + 1, rules.stall_limit)
-        elif rules.tool_warn and tool_calls > rules.tool_cap - rules.tool_warn:
-            self._warn(verdict, st, agent, tool, "cap", tool_calls, rules.tool_cap, "tool cap")
-        elif self._cap_warn and st.calls > cap - self._cap_warn:
-            self._warn(verdict, st, agent, tool, "cap", st.calls, cap)
-        if (call_id is not None and (rules.progress or self._stall)) or verdict.warning:
-            # remembered until its result comes (the last _PENDING_MAX such calls): the result finds
-            # the call by its id, and a harness that can show text only with the result gets the warning
-            pending = st.pending
-            if pending is None:
-                pending = st.pending = OrderedDict()
-            cid: Any = call_id
-            if cid is None:
-                self._anon += 1
-                cid = (None, self._anon)
-            pending[cid] = (key, verdict.warning, rules.progress, tool)
-            if len(pending) > _PENDING_MAX:
-                pending.popitem(last=False)
-        return verdict
 
-    def _cycle(self, st: _Agent, key: int | None) -> tuple[int, int]:
-        """Move the cycle rule on by one tried call: returns the longest cycle this call continues,
-        as (how many calls in a row follow it including this one, its period), or (0, 0).
+    def _remember(self, st: _Agent, call_id: str | int | None, call: Pending) -> None:
+        """Keep a call until its result comes (the last _PENDING_MAX such calls): the result finds the call by
+        its id, and a harness that can show text only with the result gets the warning."""
+        pending = st.pending
+        if pending is None:
+            pending = st.pending = OrderedDict()
+        cid: Any = call_id
+        if cid is None:
+            self._anon += 1
+            cid = (None, self._anon)
+        pending[cid] = call
+        if len(pending) > _PENDING_MAX:
+            pending.popitem(last=False)
+
+    def _cycle(self, c: Call, st: _Agent, key: int | None) -> None:
+        """Move the cycle rule on by one tried call: sets the longest cycle this call continues, as
+        (how many calls in a row follow it including this one, its period), or (0, 0).
 
         `st.recent` holds the last cyclePeriod calls tried; `st.cycles[p]` how many calls in a row
         repeated the call p before them. A block of one call repeated (A-A-A) is the repeat rule's,
@@ -624,19 +707,15 @@ class Guard:
                 else:
                     cycles[p] = 0
         recent.append(key)
-        return best_len, best_p
+        c.cycle_len, c.cycle_p = best_len, best_p
 
-    def _warn(
-        self, verdict: Verdict, st: _Agent, agent: str, tool: str, rule: str, count: int, limit: int, how: str = ""
-    ) -> None:
-        values = {"tool": tool, "count": str(count), "limit": str(limit), "kind": rule, "agent": agent}
-        values.update(rule=rule, how=_HOW[how or rule])
-        verdict.warning = _PLACEHOLDER.sub(lambda m: values[m.group(1)], self._config.warn_message)
-        verdict.rule = rule
-        verdict.count, verdict.limit = count, limit
+    def _warn(self, st: _Agent, agent: str, tool: str, hit: Hit) -> str:
+        """Count a warning; its text for the model."""
+        rule = hit.rule
         st.warns[rule] = st.warns.get(rule, 0) + 1
-        st.last = "warn:" + rule
+        st.last = _WARNED[rule]
         self.warnings += 1
+        return fill(self._config.warn_message, tool, hit.tally, hit.limit, rule, agent, hit.how)
 
     def result(
         self,
@@ -656,97 +735,89 @@ class Guard:
         Returns (found, warning): whether the call was found, and the warning its check gave ("" if
         none), for harnesses that can only show the model a warning with the result."""
         st = self._agents.get(agent)
-        if st is None:
+        if st is None or (call_id is None and tool is None):
             return False, ""
         pending = st.pending
-        found: tuple[int | None, str, bool, str] | None = None
+        found: Pending | None = None
         if call_id is not None:
             if pending and call_id in pending:
                 found = pending.pop(call_id)
-            key = found[0] if found is not None else None
-            progress = found is not None and found[2]
-        elif tool is not None:
-            rules = self._tools.get(tool) or self._classify(tool)
-            progress = rules.progress
-            key = judged.key if judged is not None else call_digest(tool, args, self._ignore)
+            key = found.key if found is not None else None
+            progress = found is not None and found.progress
+        else:
+            progress = (self._tools.get(tool) or self._classify(tool)).progress  # type: ignore[arg-type]
+            key = judged.key if judged is not None else call_digest(tool, args, self._ignore)  # type: ignore[arg-type]
             if pending and key is not None:
                 for cid in reversed(pending):
-                    if pending[cid][0] == key:
+                    if pending[cid].key == key:
                         found = pending.pop(cid)
                         break
-        else:
-            return False, ""
-        warning = found[1] if found is not None else ""
-        called = found[3] if found is not None else tool
+        warning = found.warning if found is not None else ""
+        called = found.tool if found is not None else tool
         stall = called is not None and called == st.stall_tool
         if stall:  # the stall rule: one more call of this tool in a row with this result?
             if digest == st.stall_digest:
                 st.stall_n += 1
             else:
                 st.stall_digest, st.stall_n = digest, 1
-        if key is None or key not in st.counts:  # args it could not judge, or a call gone from the window
+        slot = None if key is None else st.index.get(key)
+        if slot is None:  # args it could not judge, or a call gone from the window
             return found is not None or stall, warning
         if progress:
-            results = st.results if st.results is not None else {}
-            st.results = results
-            previous = results.get(key)
-            results[key] = seen = hash(digest)  # a hash is all a comparison needs, in half the memory
-            if previous is not None and previous != seen:
-                # it made progress: it and the identical calls before it count no more
-                before = st.before if st.before is not None else {}
-                st.before = before
-                before[key] = st.counts[key]
-                if st.last_key == key:
-                    st.run = 0
-                st.cycles = None  # a cycle through a call whose result changed is making progress
-                st.cycling = False
+            self._progressed(st, key, slot, digest)  # type: ignore[arg-type]
         return True, warning
+
+    def _progressed(self, st: _Agent, key: int, slot: int, digest: str) -> None:
+        """Under `progress`: a result of the key came. When it differs from the key's last one, the call made
+        progress: it and the identical calls before it count no more."""
+        seen = hash(digest)  # a hash is all a comparison needs, in a machine word
+        previous = st.result_of(slot, seen)
+        if previous != _NO_RESULT and previous != seen:
+            before = st.before if st.before is not None else {}
+            st.before = before
+            before[key] = st.tally[slot]
+            if st.last_key == key:
+                st.run = 0
+            st.cycles = None  # a cycle through a call whose result changed is making progress
+            st.cycling = False
 
     def _evict(self, agent: str, st: _Agent, old: int | None) -> None:
         """A key leaves the window: one fewer occurrence (and one bucket down in the top keys)."""
         if old is None:
             return
-        n = st.counts[old] - 1
+        slot = st.index[old]
+        n = st.tally[slot] - 1
         if not n:
-            del st.counts[old]
-            if st.results:
-                st.results.pop(old, None)
-                if st.before:
-                    st.before.pop(old, None)
+            st.leave(old, slot)
             return
-        st.counts[old] = n
+        st.tally[slot] = n
         before = st.before
         if before and old in before:  # the oldest occurrences go first: those from before a change
             if before[old] > 1:
                 before[old] -= 1
             else:
                 del before[old]
-        pair = (agent, old)
-        buckets = self._buckets
-        del buckets[n + 1][pair]
+        self._top_keys.down(agent, old, n)
         if n == 1:
             del st.previews[old]
-        else:
-            bucket = buckets.get(n)
-            if bucket is None:
-                bucket = buckets[n] = {}
-            bucket[pair] = None
 
-    def _deny(self, st: _Agent, agent: str, tool: str, kind: str, count: int, limit: int) -> Verdict:
+    def _deny(self, st: _Agent, agent: str, tool: str, hit: Hit, key: int | None) -> Verdict:
+        kind = hit.rule
         if st.tier != 2:
             self._tiers.move(agent, st.tier, 2)
             st.tier = 2
         before = st.denies.get(kind, 0)
         st.denies[kind] = before + 1
-        st.last = "deny:" + kind
+        st.last = _DENIED[kind]
         self.denies[kind] += 1
+        count, limit = hit.tally, hit.limit
         cache_key = (kind, tool, count, limit, agent)
         reason = self._reasons.get(cache_key)
         if reason is None:  # a looping agent gets the same text every time: fill it once
             if len(self._reasons) >= _REASON_CACHE_MAX:
                 self._reasons.clear()
-            reason = self._reasons[cache_key] = self._fill(self._config.deny_message, tool, count, limit, kind, agent)
-        return Verdict(False, kind, reason, count, limit, before == 0, False, rule=kind)
+            reason = self._reasons[cache_key] = fill(self._config.deny_message, tool, count, limit, kind, agent)
+        return Verdict(False, kind, reason, count, limit, before == 0, False, key, rule=kind)
 
     def _deny_interrupted(self, agent: str, tool: str, now: float | None) -> Verdict:
         entry = self._interrupted[agent]
@@ -769,13 +840,6 @@ class Guard:
             calls = st.calls
         text = INTERRUPTED_TEXT + (f" Reason: {entry.reason}" if entry.reason else "")
         return Verdict(False, "interrupted", text, calls, 0, first, False, rule="interrupted")
-
-    @staticmethod
-    def _fill(message: str, tool: str, count: int, limit: int, kind: str, agent: str) -> str:
-        # One pass, so a tool name like "{count}" is never substituted into.
-        values = {"tool": tool, "count": str(count), "limit": str(limit), "kind": kind, "agent": agent}
-        values.update(rule=kind, how=_HOW.get(kind, "calls"))
-        return _PLACEHOLDER.sub(lambda m: values[m.group(1)], message)
 
     # -- operator actions ---------------------------------------------------------------------
 
@@ -806,7 +870,7 @@ class Guard:
         st = self._agents.get(agent)
         if st is None:
             return led is not None
-        self._unbucket(agent, st)
+        self._top_keys.drop(agent, st)
         self._tiers.move(agent, st.tier, 0)
         self._agents[agent] = _Agent()
         self._agents.move_to_end(agent)  # the operator just acted on it: as recent in both orders
@@ -895,7 +959,7 @@ class Guard:
         """Let an agent's window go; keep its counts in the ledger (the least valuable ledger goes past maxAgents)."""
         st = self._agents.pop(agent)
         self._tiers.remove(agent, st.tier)
-        self._unbucket(agent, st)
+        self._top_keys.drop(agent, st)
         self._retired[agent] = _Ledger(st)
         self._retired_tiers.add(agent, st.tier)
         if self.on_remove is not None:
@@ -909,53 +973,15 @@ class Guard:
         if self.on_remove is not None:
             self.on_remove(agent)
 
-    def _unbucket(self, agent: str, st: _Agent) -> None:
-        buckets = self._buckets
-        for key in st.previews:
-            del buckets[st.counts[key]][(agent, key)]
-
     # -- state in and out (the state store) ----------------------------------------------------
 
     def export_agent(self, agent: str) -> AgentState | None:
         """A copy of one agent's state (None if it is not tracked)."""
         st = self._agents.get(agent)
-        if st is None:
-            led = self._retired.get(agent)
-            if led is None:
-                return None
-            return AgentState(
-                agent,
-                led.calls,
-                dict(led.denies),
-                [],
-                {},
-                led.last_tool,
-                led.last_seen,
-                dict(led.warns),
-                tool_calls=dict(led.tool_calls) if led.tool_calls is not None else None,
-                limits=dict(self._limits[agent]) if agent in self._limits else None,
-                retired=True,
-            )
-        return AgentState(
-            agent,
-            st.calls,
-            dict(st.denies),
-            list(st.ring),
-            dict(st.previews),
-            st.last_tool,
-            st.last_seen,
-            dict(st.warns),
-            st.last,
-            st.last_key,
-            st.run,
-            list(st.cycles) if st.cycles is not None else None,
-            list(st.recent) if st.recent is not None else None,
-            dict(st.before) if st.before is not None else None,
-            dict(st.results) if st.results is not None else None,
-            dict(st.tool_calls) if st.tool_calls is not None else None,
-            (st.stall_tool, st.stall_digest, st.stall_n) if st.stall_tool is not None else None,
-            dict(st.limits) if st.limits else None,
-        )
+        if st is not None:
+            return st.export(agent)
+        led = self._retired.get(agent)
+        return None if led is None else led.export(agent, self._limits.get(agent))
 
     def restore_agent(self, state: AgentState, *, windows: bool = True) -> None:
         """Put an agent back as exported, as the most recently active. `windows=False` keeps its
@@ -985,22 +1011,9 @@ class Guard:
             return
         st.limits = self._limits.get(agent)
         if windows:  # what follows is keyed by digests
-            st.last_key, st.run = state.last_key, state.run
-            st.cycles = list(state.cycles) if state.cycles is not None else None
-            st.cycling = any(st.cycles or ())
-            st.recent = deque(state.recent, maxlen=self._period) if state.recent is not None else None
-            st.before = dict(state.before) if state.before is not None else None
-            st.results = dict(state.results) if state.results is not None else None
-            st.ring = deque(state.ring)
-            counts = st.counts
-            for key in state.ring:
-                if key is not None:
-                    counts[key] = counts.get(key, 0) + 1
-            for key, n in counts.items():
-                if n >= 2:
-                    st.previews[key] = state.previews.get(key, ("", ""))
-                    self._buckets.setdefault(n, {})[(agent, key)] = None
-                    self._top = max(self._top, n)
+            st.restore_window(state, self._period)
+            for key in st.previews:
+                self._top_keys.add(agent, key, st.count(key))
         self._agents[agent] = st
         self._tiers.add(agent, st.tier)
         self._bound()
@@ -1042,10 +1055,10 @@ class Guard:
 
     def _view(self, agent: str, st: _Agent) -> AgentView:
         config = self._config
-        worst_count, worst_tool, worst_preview = (1 if st.counts else 0), "", ""
+        worst_count, worst_tool, worst_preview = (1 if st.index else 0), "", ""
         if st.previews:
-            key = max(st.previews, key=st.counts.__getitem__)
-            worst_count = st.counts[key]
+            key = max(st.previews, key=st.count)
+            worst_count = st.count(key)
             worst_tool, worst_preview = st.previews[key]
         elif st.ring:
             worst_tool = st.last_tool
@@ -1054,17 +1067,17 @@ class Guard:
         own = st.limits
         if own is not None:
             cap, limit = own.get("maxCallsPerAgent", cap), own.get("duplicateLimit", limit)
-        last = st.last
+        outcome, last = st.last or ("allow", "")
         if interrupt is not None:
             status = rule = "interrupted"
         elif cap and st.calls >= cap:
             status = rule = "cap"
-        elif last.startswith("deny:"):
-            status = rule = last[5:]
+        elif outcome == "deny":
+            status = rule = last
         elif worst_count >= limit:
             status = rule = "duplicate"
-        elif last:
-            status, rule = "warned", last[5:]
+        elif outcome == "warn":
+            status, rule = "warned", last
         else:
             status, rule = "ok", ""
         return AgentView(
@@ -1093,9 +1106,9 @@ class Guard:
         st = self._agents.get(agent)
         if st is None:
             return [], 0
-        counts, previews = st.counts, st.previews
-        keys = sorted(previews, key=counts.__getitem__, reverse=True)[:top]
-        return [KeyView(agent, *previews[k], counts[k]) for k in keys], len(counts)
+        count, previews = st.count, st.previews
+        keys = sorted(previews, key=count, reverse=True)[:top]
+        return [KeyView(agent, *previews[k], count(k)) for k in keys], len(st.index)
 
     def interrupted_agents(self) -> list[str]:
         """Agents under an operator interrupt (tracked or not), least recently active first."""
@@ -1112,22 +1125,13 @@ class Guard:
         Read from the count buckets kept as calls happen: the cost is the number of keys returned
         plus the empty buckets skipped, never the number of agents."""
         out: list[KeyView] = []
-        buckets = self._buckets
-        n = self._top
-        while n >= 2 and len(out) < top:
-            bucket = buckets.get(n)
-            if not bucket:
-                if n == self._top:
-                    buckets.pop(n, None)
-                    self._top = n - 1  # nothing this high any more
-                n -= 1
-                continue
-            for agent, key in bucket:
-                tool, text = self._agents[agent].previews[key]
-                out.append(KeyView(agent, tool, text, n))
-                if len(out) >= top:
-                    break
-            n -= 1
+        if top <= 0:
+            return out
+        for agent, key, n in self._top_keys.read(top):
+            tool, text = self._agents[agent].previews[key]
+            out.append(KeyView(agent, tool, text, n))
+            if len(out) >= top:
+                break
         return out
 
     def snapshot(self, top: int = 10, agents: Iterable[str] | None = None) -> GuardView:
