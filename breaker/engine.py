@@ -3,9 +3,10 @@ Pure: no I/O, no clock."""
 
 from __future__ import annotations
 
+import itertools
 from array import array
 from collections import OrderedDict, deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -164,6 +165,151 @@ class _Agent:
         results[slot] = seen
         return previous
 
+    def track(self, c: Call, tool: str, key: int | None, stall: bool, period: int, no_cycles: list[int]) -> None:
+        """What the stall and cycle rules count of every keyed call, denied or not."""
+        c.stalled = 0
+        if stall:  # a call of another tool ends the run of calls the stall rule counts
+            if tool != self.stall_tool:
+                self.stall_tool, self.stall_digest, self.stall_n = tool, None, 0
+            elif c.rules.stall_limit:
+                c.stalled = self.stall_n
+        c.cycle_len = c.cycle_p = 0
+        if c.rules.cycle_limit:  # every call it tries moves the cycle rule on
+            recent = self.recent
+            if recent is not None and (key is None or key not in recent) and recent.maxlen == period:
+                # the common case, inline: a call it has not just made continues no cycle
+                if self.cycling:
+                    self.cycles[:] = no_cycles  # type: ignore[index]
+                    self.cycling = False
+                recent.append(key)
+            else:
+                self.cycle(c, key, period, no_cycles)
+
+    def cycle(self, c: Call, key: int | None, period: int, no_cycles: list[int]) -> None:
+        """Move the cycle rule on by one tried call: sets the longest cycle this call continues, as
+        (how many calls in a row follow it including this one, its period), or (0, 0).
+
+        `self.recent` holds the last cyclePeriod calls tried; `self.cycles[p]` how many calls in a row
+        repeated the call p before them. A block of one call repeated (A-A-A) is the repeat rule's,
+        not a cycle of any period."""
+        top = period
+        recent = self.recent
+        if recent is None or recent.maxlen != top:
+            recent = self.recent = deque(recent or (), maxlen=top)
+        cycles = self.cycles
+        if cycles is None or len(cycles) != top + 1:
+            cycles = self.cycles = [0] * (top + 1)
+        best_len = best_p = 0
+        self.cycling = False
+        if key is None or key not in recent:
+            cycles[:] = no_cycles
+        else:
+            size = len(recent)
+            same = 0  # how many of the last calls are this one
+            while same < size and recent[-1 - same] == key:
+                same += 1
+            for p in range(2, top + 1):
+                if p <= size and recent[-p] == key:
+                    run = cycles[p] = cycles[p] + 1
+                    self.cycling = True
+                    # the cycle with the most rounds (length / period; the shorter period on a tie)
+                    if same < p - 1 and (not best_p or (run + p) * best_p > best_len * p):
+                        best_len, best_p = run + p, p
+                else:
+                    cycles[p] = 0
+        recent.append(key)
+        c.cycle_len, c.cycle_p = best_len, best_p
+
+    def progressed(self, key: int, slot: int, digest: str) -> None:
+        """Under `progress`: a result of the key came. When it differs from the key's last one, the call made
+        progress: it and the identical calls before it count no more."""
+        seen = hash(digest)  # a hash is all a comparison needs, in a machine word
+        previous = self.result_of(slot, seen)
+        if previous != _NO_RESULT and previous != seen:
+            before = self.before if self.before is not None else {}
+            self.before = before
+            before[key] = self.tally[slot]
+            if self.last_key == key:
+                self.run = 0
+            self.cycles = None  # a cycle through a call whose result changed is making progress
+            self.cycling = False
+
+    def evict(self, agent: str, old: int | None, top_keys: _TopKeys) -> None:
+        """A key leaves the window: one fewer occurrence (and one bucket down in the top keys)."""
+        if old is None:
+            return
+        slot = self.index[old]
+        n = self.tally[slot] - 1
+        if not n:
+            self.leave(old, slot)
+            return
+        self.tally[slot] = n
+        before = self.before
+        if before and old in before:  # the oldest occurrences go first: those from before a change
+            if before[old] > 1:
+                before[old] -= 1
+            else:
+                del before[old]
+        top_keys.down(agent, old, n)
+        if n == 1:
+            del self.previews[old]
+
+    def record(
+        self, c: Call, agent: str, tool: str, args: Any, judged: Judged | None, slot: int | None, n: int, guard: Guard
+    ) -> None:
+        """An allowed call takes its place in the window and the tallies (`n`: its key's count so far, in `slot`)."""
+        key = c.key
+        if key is None:
+            pass
+        elif slot is None:  # a key new to the window: a slot of its own (take_slot, inline: the hot path)
+            free, tally = self.free, self.tally
+            if free:
+                slot = free.pop()
+                tally[slot] = 1
+            else:
+                slot = len(tally)
+                tally.append(1)
+            self.index[key] = slot
+        else:  # a repeat: it moves up one bucket of the top keys
+            self.tally[slot] = n + 1
+            if n == 1:
+                self.previews[key] = (tool, preview(tool, args) if judged is None else judged.preview)
+            guard._top_keys.up(agent, key, n)
+        ring = self.ring
+        ring.append(key)
+        c.calls = self.calls = self.calls + 1
+        if not self.tier and self.calls >= _NEW_CALLS:
+            guard._tiers.move(agent, 0, 1)
+            self.tier = 1
+        self.run = c.in_row + 1
+        self.last_key = key
+        rules = c.rules
+        if rules.tool_cap or rules.tool_warn:
+            if self.tool_calls is None:
+                self.tool_calls = {}
+            c.tool_calls = self.tool_calls[rules.name] = self.tool_calls.get(rules.name, 0) + 1
+        if len(ring) > guard.config.window:
+            old = ring.popleft()
+            if old is not None:
+                old_slot = self.index[old]
+                if self.tally[old_slot] == 1 and self.results is None and not self.before:
+                    del self.index[old]  # a key seen once leaves: leave(), inline
+                    self.tally[old_slot] = 0
+                    self.free.append(old_slot)
+                else:
+                    self.evict(agent, old, guard._top_keys)
+
+    def remember(self, call_id: str | int | None, call: Pending, anon: Iterator[int]) -> None:
+        """Keep a call until its result comes (the last _PENDING_MAX such calls): the result finds the call by
+        its id, and a harness that can show text only with the result gets the warning."""
+        pending = self.pending
+        if pending is None:
+            pending = self.pending = OrderedDict()
+        cid: Any = (None, next(anon)) if call_id is None else call_id
+        pending[cid] = call
+        if len(pending) > _PENDING_MAX:
+            pending.popitem(last=False)
+
     def export(self, agent: str) -> AgentState:
         """Its state as plain values (the limits are the guard's to add)."""
         index, results = self.index, self.results
@@ -191,6 +337,22 @@ class _Agent:
             stall=(self.stall_tool, self.stall_digest, self.stall_n) if self.stall_tool is not None else None,
             limits=dict(self.limits) if self.limits else None,
         )
+
+    @staticmethod
+    def restored(state: AgentState) -> _Agent:
+        """An agent with the tallies of `state`, without its window (restore_window adds it)."""
+        st = _Agent()
+        st.calls = state.calls
+        st.denies = dict(state.denies)
+        st.last_tool = state.last_tool
+        st.last_seen = state.last_seen
+        st.warns = dict(state.warns)
+        st.tier = 2 if st.denies else 1 if st.calls >= _NEW_CALLS else 0
+        st.last = state.last
+        st.tool_calls = dict(state.tool_calls) if state.tool_calls else None
+        if state.stall is not None:
+            st.stall_tool, st.stall_digest, st.stall_n = state.stall
+        return st
 
     def restore_window(self, state: AgentState, period: int) -> None:
         """Take the window and the rules' tallies from `state` (digests this process's hash key made)."""
@@ -340,6 +502,75 @@ class _TopKeys:
             n -= 1
 
 
+class _Roster:
+    """The agents the guard holds, least recently active first, and the ledgers of those that went: each bounded
+    by maxAgents, letting go of the least valuable first (_NEW_CALLS)."""
+
+    __slots__ = ("agents", "limits", "max_agents", "removed", "retired", "retired_tiers", "tiers", "top_keys")
+
+    def __init__(self, top_keys: _TopKeys, limits: dict[str, dict[str, int]], removed: Callable[[str], Any]) -> None:
+        self.agents: OrderedDict[str, _Agent] = OrderedDict()  # least recently active first
+        self.tiers = _Tiers()  # the same agents, by eviction tier
+        self.retired: OrderedDict[str, _Ledger] = OrderedDict()  # ended or evicted agents' counts
+        self.retired_tiers = _Tiers()
+        self.top_keys = top_keys
+        self.limits = limits  # the guard's: the operator's per-agent limits
+        self.max_agents = 0
+        self.removed = removed  # told the id of an agent whose state, or then its ledger, went away
+
+    def admit(self, agent: str) -> _Agent:
+        """A new (or returning) agent's state: its ledger's counts if it had one; past maxAgents one goes."""
+        led = self.retired.pop(agent, None) if self.retired else None
+        if led is None:
+            st = _Agent()
+        else:
+            self.retired_tiers.remove(agent, led.tier)
+            st = led.revive()
+        if self.limits:
+            st.limits = self.limits.get(agent)
+        if len(self.agents) >= self.max_agents:  # room first: the newcomer itself is never the one to go
+            self.retire(self.tiers.victim())
+        self.agents[agent] = st
+        self.tiers.add(agent, st.tier)
+        return st
+
+    def interrupted_call(self, agent: str, st: _Agent, tool: str, now: float | None) -> int:
+        """The agent called under an operator interrupt (denied): the most recent, and tier 2; its calls so far."""
+        self.agents.move_to_end(agent)
+        if st.tier != 2:
+            self.tiers.move(agent, st.tier, 2)
+            st.tier = 2
+        else:
+            self.tiers.lru[2].move_to_end(agent)
+        st.denies["interrupted"] = st.denies.get("interrupted", 0) + 1
+        st.last_tool = tool
+        st.last_seen = now
+        return st.calls
+
+    def bound(self) -> None:
+        """Keep the agents and the ledgers within maxAgents (after a config change or a restore)."""
+        while len(self.agents) > self.max_agents:
+            self.retire(self.tiers.victim())
+        while len(self.retired) > self.max_agents:
+            self.forget(self.retired_tiers.victim())
+
+    def retire(self, agent: str) -> None:
+        """Let an agent's window go; keep its counts in the ledger (the least valuable ledger goes past maxAgents)."""
+        st = self.agents.pop(agent)
+        self.tiers.remove(agent, st.tier)
+        self.top_keys.drop(agent, st)
+        self.retired[agent] = _Ledger(st)
+        self.retired_tiers.add(agent, st.tier)
+        self.removed(agent)
+        if len(self.retired) > self.max_agents:
+            self.forget(self.retired_tiers.victim())
+
+    def forget(self, agent: str) -> None:
+        led = self.retired.pop(agent)
+        self.retired_tiers.remove(agent, led.tier)
+        self.removed(agent)
+
+
 class _Interrupt:
     """An operator's interrupt: kept apart from the agents, so evicting an idle agent never lifts it."""
 
@@ -348,6 +579,56 @@ class _Interrupt:
     def __init__(self, reason: str, denies: int = 0) -> None:
         self.reason = reason
         self.denies = denies
+
+
+class _Operator:
+    """What only the operator sets: interrupts and per-agent limits. Kept apart from the agents, so that an
+    agent's end or eviction never lifts them; each bounded by maxAgents, the oldest going first."""
+
+    __slots__ = ("interrupted", "limits", "max_agents")
+
+    def __init__(self) -> None:
+        self.interrupted: OrderedDict[str, _Interrupt] = OrderedDict()
+        self.limits: dict[str, dict[str, int]] = {}  # agent -> its own limits (AGENT_LIMITS keys), oldest first
+        self.max_agents = 0
+
+    def bound(self) -> None:
+        while len(self.interrupted) > self.max_agents:
+            self.interrupted.popitem(last=False)
+
+    def interrupt(self, agent: str, reason: str) -> None:
+        entry = self.interrupted.get(agent)
+        if entry is not None:
+            entry.reason = reason
+            return
+        self.interrupted[agent] = _Interrupt(reason)
+        self.bound()
+
+    def restore_interrupt(self, agent: str, reason: str, denies: int) -> None:
+        self.interrupted[agent] = _Interrupt(reason, denies)
+        self.interrupted.move_to_end(agent)
+        self.bound()
+
+    def set_limits(self, agent: str, own: dict[str, int]) -> None:
+        """`agent`'s own limits are `own` now (none, if empty), as the most recent."""
+        self.limits.pop(agent, None)
+        if own:
+            self.limits[agent] = own  # the most recent last: past maxAgents, the oldest goes
+            while len(self.limits) > self.max_agents:
+                self.limits.pop(next(iter(self.limits)))
+
+    def override(self, agent: str, changes: dict[str, int | None]) -> dict[str, int]:
+        """Apply `changes` (a value None takes that limit off) to `agent`'s own limits: what they are now."""
+        own: dict[str, int] = self.limits.pop(agent, {})
+        for key, value in changes.items():
+            if key not in AGENT_LIMITS:
+                raise ValueError(f"{key!r} is not a limit an agent may have of its own")
+            if value is None:
+                own.pop(key, None)
+            else:
+                own[key] = value
+        self.set_limits(agent, own)
+        return own
 
 
 @dataclass(frozen=True, slots=True)
@@ -437,22 +718,25 @@ class Guard:
     """
 
     def __init__(self, config: Config | None = None, on_remove: Callable[[str], Any] | None = None) -> None:
-        self._agents: OrderedDict[str, _Agent] = OrderedDict()  # least recently active first
-        self._tiers = _Tiers()  # the same agents, by eviction tier
-        self._retired: OrderedDict[str, _Ledger] = OrderedDict()  # ended or evicted agents' counts
-        self._retired_tiers = _Tiers()
-        self._interrupted: OrderedDict[str, _Interrupt] = OrderedDict()
-        self._limits: dict[str, dict[str, int]] = {}  # the operator's per-agent limits, oldest first
-        self._tools: dict[str, ToolRules] = {}
+        self._operator = _Operator()  # interrupts and per-agent limits
+        self._interrupted, self._limits = self._operator.interrupted, self._operator.limits
         self._top_keys = _TopKeys()
+        self._roster = roster = _Roster(self._top_keys, self._limits, self._removed)
+        self._agents, self._tiers = roster.agents, roster.tiers
+        self._retired, self._retired_tiers = roster.retired, roster.retired_tiers
+        self._tools: dict[str, ToolRules] = {}
         self._call = Call()
         self.on_remove = on_remove
         self.paused = False
         self.checks = 0
         self.denies: dict[str, int] = dict.fromkeys(DENY_KINDS, 0)
         self.warnings = 0  # calls allowed with a warning
-        self._anon = 0  # ids for remembered calls that came without one
+        self._anon = itertools.count(1)  # ids for remembered calls that came without one
         self.config = config if config is not None else Config()
+
+    def _removed(self, agent: str) -> None:
+        if self.on_remove is not None:
+            self.on_remove(agent)
 
     # -- configuration ------------------------------------------------------------------------
 
@@ -471,11 +755,11 @@ class Guard:
         self._overrides = {tool_class_name(tool): dict(o) for tool, o in config.tools}
         self._period = config.cycle_period
         self._no_cycles = [0] * (config.cycle_period + 1)
-        self._stall = config.stall_limit or any(o.get("stallLimit") for o in self._overrides.values())
+        self._stall = bool(config.stall_limit) or any(o.get("stallLimit") for o in self._overrides.values())
         self._reasons: dict[tuple[str, str, int, int, str], str] = {}
-        self._bound()
-        while len(self._interrupted) > config.max_agents:
-            self._interrupted.popitem(last=False)
+        self._roster.max_agents = self._operator.max_agents = config.max_agents
+        self._roster.bound()
+        self._operator.bound()
 
     def _classify(self, tool: str) -> ToolRules:
         name = tool_class_name(tool)
@@ -525,7 +809,7 @@ class Guard:
 
         st = self._agents.get(agent)
         if st is None:
-            st = self._admit(agent)
+            st = self._roster.admit(agent)
         else:
             self._agents.move_to_end(agent)
             self._tiers.lru[st.tier].move_to_end(agent)
@@ -535,9 +819,8 @@ class Guard:
         c = self._call
         c.rules = rules
         own = st.limits
-        c.cap = cap = (
-            config.max_calls_per_agent if own is None else own.get("maxCallsPerAgent", config.max_calls_per_agent)
-        )
+        cap = config.max_calls_per_agent
+        c.cap = cap = cap if own is None else own.get("maxCallsPerAgent", cap)
         c.calls = st.calls
         c.tool_calls = st.tool_calls.get(rules.name, 0) if st.tool_calls else 0
         if cap or rules.tool_cap:
@@ -546,7 +829,7 @@ class Guard:
                 return self._deny(st, agent, tool, hit, None)
         ring = st.ring
         while len(ring) > config.window:  # the window was made smaller since this agent's last call
-            self._evict(agent, st, ring.popleft())
+            st.evict(agent, ring.popleft(), self._top_keys)
 
         ignore = self._ignore
         if ignore and isinstance(args, dict) and not ignore.isdisjoint(args):
@@ -560,7 +843,7 @@ class Guard:
                 key = call_digest(tool, args)
         c.key = key
         if self._stall or rules.cycle_limit:
-            self._track(c, st, tool, key)
+            st.track(c, tool, key, self._stall, self._period, self._no_cycles)
         else:
             c.stalled = c.cycle_len = c.cycle_p = 0
         c.limit = limit = rules.dup_limit if own is None else own.get("duplicateLimit", rules.dup_limit)
@@ -581,7 +864,7 @@ class Guard:
                 if hit is not None:
                     return self._deny(st, agent, tool, hit, key)
 
-        self._record(c, st, agent, tool, args, judged, slot, n)
+        st.record(c, agent, tool, args, judged, slot, n, self)
         if st.last is not None:
             st.last = None
         if near or rules.cap_warn or rules.tool_warn:
@@ -589,125 +872,11 @@ class Guard:
                 hit = warn(c)
                 if hit is not None:  # remembered whatever its rules: a harness may show the warning with the result
                     warning = self._warn(st, agent, tool, hit)
-                    self._remember(st, call_id, Pending(key, warning, rules.progress, tool))
+                    st.remember(call_id, Pending(key, warning, rules.progress, tool), self._anon)
                     return Verdict(True, None, "", hit.tally, hit.limit, False, True, key, warning, hit.rule)
         if call_id is not None and (rules.progress or self._stall):
-            self._remember(st, call_id, Pending(key, "", rules.progress, tool))
+            st.remember(call_id, Pending(key, "", rules.progress, tool), self._anon)
         return _new_verdict(Verdict, (True, None, "", seen + 1, limit, False, True, key, "", None))
-
-    def _track(self, c: Call, st: _Agent, tool: str, key: int | None) -> None:
-        """What the stall and cycle rules count of every keyed call, denied or not."""
-        c.stalled = 0
-        if self._stall:  # a call of another tool ends the run of calls the stall rule counts
-            if tool != st.stall_tool:
-                st.stall_tool, st.stall_digest, st.stall_n = tool, None, 0
-            elif c.rules.stall_limit:
-                c.stalled = st.stall_n
-        c.cycle_len = c.cycle_p = 0
-        if c.rules.cycle_limit:  # every call it tries moves the cycle rule on
-            recent = st.recent
-            if recent is not None and (key is None or key not in recent) and recent.maxlen == self._period:
-                # the common case, inline: a call it has not just made continues no cycle
-                if st.cycling:
-                    st.cycles[:] = self._no_cycles  # type: ignore[index]
-                    st.cycling = False
-                recent.append(key)
-            else:
-                self._cycle(c, st, key)
-
-    def _record(
-        self, c: Call, st: _Agent, agent: str, tool: str, args: Any, judged: Judged | None, slot: int | None, n: int
-    ) -> None:
-        """An allowed call takes its place in the window and the tallies."""
-        key = c.key
-        if key is None:
-            pass
-        elif slot is None:  # a key new to the window: a slot of its own (take_slot, inline: the hot path)
-            free, tally = st.free, st.tally
-            if free:
-                slot = free.pop()
-                tally[slot] = 1
-            else:
-                slot = len(tally)
-                tally.append(1)
-            st.index[key] = slot
-        else:  # a repeat: it moves up one bucket of the top keys
-            st.tally[slot] = n + 1
-            if n == 1:
-                st.previews[key] = (tool, preview(tool, args) if judged is None else judged.preview)
-            self._top_keys.up(agent, key, n)
-        ring = st.ring
-        ring.append(key)
-        c.calls = st.calls = st.calls + 1
-        if not st.tier and st.calls >= _NEW_CALLS:
-            self._tiers.move(agent, 0, 1)
-            st.tier = 1
-        st.run = c.in_row + 1
-        st.last_key = key
-        rules = c.rules
-        if rules.tool_cap or rules.tool_warn:
-            if st.tool_calls is None:
-                st.tool_calls = {}
-            c.tool_calls = st.tool_calls[rules.name] = st.tool_calls.get(rules.name, 0) + 1
-        if len(ring) > self._config.window:
-            old = ring.popleft()
-            if old is not None:
-                old_slot = st.index[old]
-                if st.tally[old_slot] == 1 and st.results is None and not st.before:
-                    del st.index[old]  # a key seen once leaves: leave(), inline
-                    st.tally[old_slot] = 0
-                    st.free.append(old_slot)
-                else:
-                    self._evict(agent, st, old)
-
-    def _remember(self, st: _Agent, call_id: str | int | None, call: Pending) -> None:
-        """Keep a call until its result comes (the last _PENDING_MAX such calls): the result finds the call by
-        its id, and a harness that can show text only with the result gets the warning."""
-        pending = st.pending
-        if pending is None:
-            pending = st.pending = OrderedDict()
-        cid: Any = call_id
-        if cid is None:
-            self._anon += 1
-            cid = (None, self._anon)
-        pending[cid] = call
-        if len(pending) > _PENDING_MAX:
-            pending.popitem(last=False)
-
-    def _cycle(self, c: Call, st: _Agent, key: int | None) -> None:
-        """Move the cycle rule on by one tried call: sets the longest cycle this call continues, as
-        (how many calls in a row follow it including this one, its period), or (0, 0).
-
-        `st.recent` holds the last cyclePeriod calls tried; `st.cycles[p]` how many calls in a row
-        repeated the call p before them. A block of one call repeated (A-A-A) is the repeat rule's,
-        not a cycle of any period."""
-        top = self._period
-        recent = st.recent
-        if recent is None or recent.maxlen != top:
-            recent = st.recent = deque(recent or (), maxlen=top)
-        cycles = st.cycles
-        if cycles is None or len(cycles) != top + 1:
-            cycles = st.cycles = [0] * (top + 1)
-        best_len = best_p = 0
-        st.cycling = False
-        if key is None or key not in recent:
-            cycles[:] = self._no_cycles
-        else:
-            size = len(recent)
-            same = 0  # how many of the last calls are this one
-            while same < size and recent[-1 - same] == key:
-                same += 1
-            for p in range(2, top + 1):
-                if p <= size and recent[-p] == key:
-                    run = cycles[p] = cycles[p] + 1
-                    st.cycling = True
-                    # the cycle with the most rounds (length / period; the shorter period on a tie)
-                    if same < p - 1 and (not best_p or (run + p) * best_p > best_len * p):
-                        best_len, best_p = run + p, p
-                else:
-                    cycles[p] = 0
-        recent.append(key)
-        c.cycle_len, c.cycle_p = best_len, best_p
 
     def _warn(self, st: _Agent, agent: str, tool: str, hit: Hit) -> str:
         """Count a warning; its text for the model."""
@@ -764,42 +933,8 @@ class Guard:
         if slot is None:  # args it could not judge, or a call gone from the window
             return found is not None or stall, warning
         if progress:
-            self._progressed(st, key, slot, digest)  # type: ignore[arg-type]
+            st.progressed(key, slot, digest)  # type: ignore[arg-type]
         return True, warning
-
-    def _progressed(self, st: _Agent, key: int, slot: int, digest: str) -> None:
-        """Under `progress`: a result of the key came. When it differs from the key's last one, the call made
-        progress: it and the identical calls before it count no more."""
-        seen = hash(digest)  # a hash is all a comparison needs, in a machine word
-        previous = st.result_of(slot, seen)
-        if previous != _NO_RESULT and previous != seen:
-            before = st.before if st.before is not None else {}
-            st.before = before
-            before[key] = st.tally[slot]
-            if st.last_key == key:
-                st.run = 0
-            st.cycles = None  # a cycle through a call whose result changed is making progress
-            st.cycling = False
-
-    def _evict(self, agent: str, st: _Agent, old: int | None) -> None:
-        """A key leaves the window: one fewer occurrence (and one bucket down in the top keys)."""
-        if old is None:
-            return
-        slot = st.index[old]
-        n = st.tally[slot] - 1
-        if not n:
-            st.leave(old, slot)
-            return
-        st.tally[slot] = n
-        before = st.before
-        if before and old in before:  # the oldest occurrences go first: those from before a change
-            if before[old] > 1:
-                before[old] -= 1
-            else:
-                del before[old]
-        self._top_keys.down(agent, old, n)
-        if n == 1:
-            del st.previews[old]
 
     def _deny(self, st: _Agent, agent: str, tool: str, hit: Hit, key: int | None) -> Verdict:
         kind = hit.rule
@@ -826,18 +961,7 @@ class Guard:
         entry.denies += 1
         self.denies["interrupted"] += 1
         st = self._agents.get(agent)
-        calls = 0
-        if st is not None:
-            self._agents.move_to_end(agent)
-            if st.tier != 2:
-                self._tiers.move(agent, st.tier, 2)
-                st.tier = 2
-            else:
-                self._tiers.lru[2].move_to_end(agent)
-            st.denies["interrupted"] = st.denies.get("interrupted", 0) + 1
-            st.last_tool = tool
-            st.last_seen = now
-            calls = st.calls
+        calls = 0 if st is None else self._roster.interrupted_call(agent, st, tool, now)
         text = INTERRUPTED_TEXT + (f" Reason: {entry.reason}" if entry.reason else "")
         return Verdict(False, "interrupted", text, calls, 0, first, False, rule="interrupted")
 
@@ -845,13 +969,7 @@ class Guard:
 
     def interrupt(self, agent: str, reason: str = "") -> None:
         """Deny every later call of `agent` (kind "interrupted") until `uninterrupt`."""
-        entry = self._interrupted.get(agent)
-        if entry is not None:
-            entry.reason = reason
-            return
-        self._interrupted[agent] = _Interrupt(reason)
-        while len(self._interrupted) > self._config.max_agents:
-            self._interrupted.popitem(last=False)
+        self._operator.interrupt(agent, reason)
 
     def uninterrupt(self, agent: str) -> bool:
         """Lift an operator interrupt; True if the agent was interrupted."""
@@ -884,18 +1002,7 @@ class Guard:
         (the protocol does)."""
         if agent not in self._agents and agent not in self._retired and agent not in self._interrupted:
             return None
-        own: dict[str, int] = self._limits.pop(agent, {})
-        for key, value in limits.items():
-            if key not in AGENT_LIMITS:
-                raise ValueError(f"{key!r} is not a limit an agent may have of its own")
-            if value is None:
-                own.pop(key, None)
-            else:
-                own[key] = value
-        if own:
-            self._limits[agent] = own  # the most recent last: past maxAgents, the oldest goes
-            while len(self._limits) > self._config.max_agents:
-                self._limits.pop(next(iter(self._limits)))
+        own = self._operator.override(agent, limits)
         st = self._agents.get(agent)
         if st is not None:
             st.limits = own or None
@@ -908,10 +1015,7 @@ class Guard:
     def restore_override(self, agent: str, limits: dict[str, int]) -> None:
         if not limits:
             return
-        self._limits.pop(agent, None)
-        self._limits[agent] = dict(limits)
-        while len(self._limits) > self._config.max_agents:
-            self._limits.pop(next(iter(self._limits)))
+        self._operator.set_limits(agent, dict(limits))
         st = self._agents.get(agent)
         if st is not None:
             st.limits = self._limits.get(agent)
@@ -922,7 +1026,7 @@ class Guard:
         operator interrupt and override outlive it too. True if the agent was tracked."""
         if agent not in self._agents:
             return False
-        self._retire(agent)
+        self._roster.retire(agent)
         return True
 
     def pause(self) -> None:
@@ -931,47 +1035,6 @@ class Guard:
 
     def resume(self) -> None:
         self.paused = False
-
-    def _admit(self, agent: str) -> _Agent:
-        """A new (or returning) agent's state: its ledger's counts if it had one; past maxAgents one goes."""
-        led = self._retired.pop(agent, None) if self._retired else None
-        if led is None:
-            st = _Agent()
-        else:
-            self._retired_tiers.remove(agent, led.tier)
-            st = led.revive()
-        if self._limits:
-            st.limits = self._limits.get(agent)
-        if len(self._agents) >= self._config.max_agents:  # room first: the newcomer itself is never the one to go
-            self._retire(self._tiers.victim())
-        self._agents[agent] = st
-        self._tiers.add(agent, st.tier)
-        return st
-
-    def _bound(self) -> None:
-        """Keep the agents and the ledgers within maxAgents (after a config change or a restore)."""
-        while len(self._agents) > self._config.max_agents:
-            self._retire(self._tiers.victim())
-        while len(self._retired) > self._config.max_agents:
-            self._forget(self._retired_tiers.victim())
-
-    def _retire(self, agent: str) -> None:
-        """Let an agent's window go; keep its counts in the ledger (the least valuable ledger goes past maxAgents)."""
-        st = self._agents.pop(agent)
-        self._tiers.remove(agent, st.tier)
-        self._top_keys.drop(agent, st)
-        self._retired[agent] = _Ledger(st)
-        self._retired_tiers.add(agent, st.tier)
-        if self.on_remove is not None:
-            self.on_remove(agent)
-        if len(self._retired) > self._config.max_agents:
-            self._forget(self._retired_tiers.victim())
-
-    def _forget(self, agent: str) -> None:
-        led = self._retired.pop(agent)
-        self._retired_tiers.remove(agent, led.tier)
-        if self.on_remove is not None:
-            self.on_remove(agent)
 
     # -- state in and out (the state store) ----------------------------------------------------
 
@@ -988,26 +1051,16 @@ class Guard:
         tallies but not its window (digests from another process's hash key match nothing)."""
         agent = state.agent
         if agent in self._agents:
-            self._retire(agent)
+            self._roster.retire(agent)
         if agent in self._retired:
-            self._forget(agent)
-        st = _Agent()
-        st.calls = state.calls
-        st.denies = dict(state.denies)
-        st.last_tool = state.last_tool
-        st.last_seen = state.last_seen
-        st.warns = dict(state.warns)
-        st.tier = 2 if st.denies else 1 if st.calls >= _NEW_CALLS else 0
-        st.last = state.last
-        st.tool_calls = dict(state.tool_calls) if state.tool_calls else None
-        if state.stall is not None:
-            st.stall_tool, st.stall_digest, st.stall_n = state.stall
+            self._roster.forget(agent)
+        st = _Agent.restored(state)
         if state.limits:  # a state file from before overrides were kept apart
             self.restore_override(agent, state.limits)
         if state.retired:
             self._retired[agent] = _Ledger(st)
             self._retired_tiers.add(agent, st.tier)
-            self._bound()
+            self._roster.bound()
             return
         st.limits = self._limits.get(agent)
         if windows:  # what follows is keyed by digests
@@ -1016,17 +1069,14 @@ class Guard:
                 self._top_keys.add(agent, key, st.count(key))
         self._agents[agent] = st
         self._tiers.add(agent, st.tier)
-        self._bound()
+        self._roster.bound()
 
     def interrupts(self) -> list[tuple[str, str, int]]:
         """Every operator interrupt: (agent, reason, denies so far), oldest first."""
         return [(agent, e.reason, e.denies) for agent, e in self._interrupted.items()]
 
     def restore_interrupt(self, agent: str, reason: str, denies: int) -> None:
-        self._interrupted[agent] = _Interrupt(reason, denies)
-        self._interrupted.move_to_end(agent)
-        while len(self._interrupted) > self._config.max_agents:
-            self._interrupted.popitem(last=False)
+        self._operator.restore_interrupt(agent, reason, denies)
 
     # -- read-only views ----------------------------------------------------------------------
 

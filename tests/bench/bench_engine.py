@@ -33,10 +33,11 @@ from typing import Any
 
 import orjson
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from breaker import Config, Guard
+
+ROOT = Path(__file__).resolve().parents[2]
 
 NS = time.perf_counter_ns
 ROUNDS_PER_REPEAT = 10  # each case's calls are timed in this many interleaved chunks per repeat
@@ -103,7 +104,8 @@ def bench_case(
         med, p99 = stats(got)
         medians[label] = med
         ratio = med / fmed
-        line = f"{name + label:<52} median {med:6.2f} us   p99 {p99:6.2f} us   baseline {fmed:6.2f} us   ratio {ratio:5.2f}x"
+        line = f"{name + label:<52} median {med:6.2f} us   p99 {p99:6.2f} us   baseline {fmed:6.2f} us"
+        line += f"   ratio {ratio:5.2f}x"
         target = TARGETS.get((preset, case))
         if target is not None and not label:
             line += f"   (target <= {target:g}x: {verdict(ratio, target)})"
@@ -121,7 +123,7 @@ def bench_checks(n: int, repeat: int, preset: str, floor: int, engines: dict[str
     print(f"-- preset: {preset}")
 
     def fresh() -> dict[str, Any]:
-        return {label: mod.Guard(mod.Config.with_preset(preset, max_calls_per_agent=0)) for label, mod in engines.items()}
+        return {label: m.Guard(m.Config.with_preset(preset, max_calls_per_agent=0)) for label, m in engines.items()}
 
     # A healthy agent: distinct searches, cycling through more queries than the window holds.
     typical = [
@@ -140,7 +142,8 @@ def bench_checks(n: int, repeat: int, preset: str, floor: int, engines: dict[str
         for i in range(n)
     ]
     strip = [(t, {"command": a["command"], "timeout": a["timeout"]}) for _, t, a in annotated]
-    bench_case("check, bash, changing description (denied)", "annotated", preset, annotated, strip, fresh(), repeat, floor)
+    name = "check, bash, changing description (denied)"
+    bench_case(name, "annotated", preset, annotated, strip, fresh(), repeat, floor)
 
     many = [(f"agent-{i % 1000}", "read", {"path": f"/src/file_{i}.py"}) for i in range(n)]
     strip = [(t, a) for _, t, a in many]
