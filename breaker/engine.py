@@ -81,6 +81,7 @@ class _Agent:
         "last_tool",
         "limits",
         "pending",
+        "period",
         "previews",
         "recent",
         "results",
@@ -98,7 +99,7 @@ class _Agent:
     def __init__(self) -> None:
         self.ring: deque[int | None] = deque()  # None = a call the guard could not judge
         self.index: dict[int, int] = {}  # key -> its slot
-        self.tally: list[int] = []  # slot -> the key's occurrences in the window (0: a free slot)
+        self.tally = array("i")  # slot -> the key's occurrences in the window (0: a free slot)
         self.free: list[int] = []  # slots no key holds
         self.results: array[int] | None = None  # progress: slot -> a hash of its key's last result (_NO_RESULT)
         self.previews: dict[int, tuple[str, str]] = {}  # only keys seen at least twice
@@ -114,7 +115,8 @@ class _Agent:
         # the cycle rule, for each period p: how many calls in a row repeated the call p back
         self.cycles: list[int] | None = None
         self.cycling = False  # some entry of cycles is not 0
-        self.recent: deque[int | None] | None = None  # the last calls it tried, for the cycle rule
+        self.recent: list[int | None] | None = None  # the last `period` calls it tried, for the cycle rule
+        self.period = 0  # the cyclePeriod `recent` and `cycles` were made for
         # progress: per key, its occurrences from before its result last changed
         self.before: dict[int, int] | None = None
         self.pending: OrderedDict[Any, Pending] | None = None  # call id (or an anonymous one) -> the call
@@ -176,12 +178,14 @@ class _Agent:
         c.cycle_len = c.cycle_p = 0
         if c.rules.cycle_limit:  # every call it tries moves the cycle rule on
             recent = self.recent
-            if recent is not None and (key is None or key not in recent) and recent.maxlen == period:
+            if recent is not None and (key is None or key not in recent) and self.period == period:
                 # the common case, inline: a call it has not just made continues no cycle
                 if self.cycling:
                     self.cycles[:] = no_cycles  # type: ignore[index]
                     self.cycling = False
                 recent.append(key)
+                if len(recent) > period:
+                    del recent[0]
             else:
                 self.cycle(c, key, period, no_cycles)
 
@@ -194,8 +198,9 @@ class _Agent:
         not a cycle of any period."""
         top = period
         recent = self.recent
-        if recent is None or recent.maxlen != top:
-            recent = self.recent = deque(recent or (), maxlen=top)
+        if recent is None or self.period != top:
+            recent = self.recent = list(recent or ())[-top:]
+            self.period = top
         cycles = self.cycles
         if cycles is None or len(cycles) != top + 1:
             cycles = self.cycles = [0] * (top + 1)
@@ -218,6 +223,8 @@ class _Agent:
                 else:
                     cycles[p] = 0
         recent.append(key)
+        if len(recent) > top:
+            del recent[0]
         c.cycle_len, c.cycle_p = best_len, best_p
 
     def progressed(self, key: int, slot: int, digest: str) -> None:
@@ -359,7 +366,8 @@ class _Agent:
         self.last_key, self.run = state.last_key, state.run
         self.cycles = list(state.cycles) if state.cycles is not None else None
         self.cycling = any(self.cycles or ())
-        self.recent = deque(state.recent, maxlen=period) if state.recent is not None else None
+        self.recent = list(state.recent)[-period:] if state.recent is not None else None
+        self.period = period
         self.before = dict(state.before) if state.before is not None else None
         self.ring = deque(state.ring)
         index, tally = self.index, self.tally
