@@ -167,16 +167,18 @@ class _Agent:
         results[slot] = seen
         return previous
 
-    def track(self, c: Call, tool: str, key: int | None, stall: bool, period: int, no_cycles: list[int]) -> None:
+    def track(
+        self, c: Call, rules: ToolRules, tool: str, key: int | None, stall: bool, period: int, no_cycles: list[int]
+    ) -> None:
         """What the stall and cycle rules count of every keyed call, denied or not."""
         c.stalled = 0
         if stall:  # a call of another tool ends the run of calls the stall rule counts
             if tool != self.stall_tool:
                 self.stall_tool, self.stall_digest, self.stall_n = tool, None, 0
-            elif c.rules.stall_limit:
+            elif rules.stall_limit:
                 c.stalled = self.stall_n
         c.cycle_len = c.cycle_p = 0
-        if c.rules.cycle_limit:  # every call it tries moves the cycle rule on
+        if rules.cycle_limit:  # every call it tries moves the cycle rule on
             recent = self.recent
             if recent is not None and (key is None or key not in recent) and self.period == period:
                 # the common case, inline: a call it has not just made continues no cycle
@@ -261,50 +263,20 @@ class _Agent:
         if n == 1:
             del self.previews[old]
 
-    def record(
-        self, c: Call, agent: str, tool: str, args: Any, judged: Judged | None, slot: int | None, n: int, guard: Guard
+    def repeated(
+        self, agent: str, tool: str, args: Any, judged: Judged | None, key: int, slot: int, n: int, top_keys: _TopKeys
     ) -> None:
-        """An allowed call takes its place in the window and the tallies (`n`: its key's count so far, in `slot`)."""
-        key = c.key
-        if key is None:
-            pass
-        elif slot is None:  # a key new to the window: a slot of its own (take_slot, inline: the hot path)
-            free, tally = self.free, self.tally
-            if free:
-                slot = free.pop()
-                tally[slot] = 1
-            else:
-                slot = len(tally)
-                tally.append(1)
-            self.index[key] = slot
-        else:  # a repeat: it moves up one bucket of the top keys
-            self.tally[slot] = n + 1
-            if n == 1:
-                self.previews[key] = (tool, preview(tool, args) if judged is None else judged.preview)
-            guard._top_keys.up(agent, key, n)
-        ring = self.ring
-        ring.append(key)
-        c.calls = self.calls = self.calls + 1
-        if not self.tier and self.calls >= _NEW_CALLS:
-            guard._tiers.move(agent, 0, 1)
-            self.tier = 1
-        self.run = c.in_row + 1
-        self.last_key = key
-        rules = c.rules
-        if rules.tool_cap or rules.tool_warn:
-            if self.tool_calls is None:
-                self.tool_calls = {}
-            c.tool_calls = self.tool_calls[rules.name] = self.tool_calls.get(rules.name, 0) + 1
-        if len(ring) > guard.config.window:
-            old = ring.popleft()
-            if old is not None:
-                old_slot = self.index[old]
-                if self.tally[old_slot] == 1 and self.results is None and not self.before:
-                    del self.index[old]  # a key seen once leaves: leave(), inline
-                    self.tally[old_slot] = 0
-                    self.free.append(old_slot)
-                else:
-                    self.evict(agent, old, guard._top_keys)
+        """An allowed call of a key already in the window (`n` times, in `slot`): one more, one bucket up."""
+        self.tally[slot] = n + 1
+        if n == 1:
+            self.previews[key] = (tool, preview(tool, args) if judged is None else judged.preview)
+        top_keys.up(agent, key, n)
+
+    def count_tool(self, name: str) -> None:
+        """One more call of the tool of class `name`, for a per-tool cap."""
+        if self.tool_calls is None:
+            self.tool_calls = {}
+        self.tool_calls[name] = self.tool_calls.get(name, 0) + 1
 
     def remember(self, call_id: str | int | None, call: Pending, anon: Iterator[int]) -> None:
         """Keep a call until its result comes (the last _PENDING_MAX such calls): the result finds the call by
@@ -542,6 +514,48 @@ class _Roster:
         self.tiers.add(agent, st.tier)
         return st
 
+    def reset(self, agent: str) -> bool:
+        """The agent starts again as a new one (its ledger too); True if it was tracked."""
+        led = self.retired.pop(agent, None)
+        if led is not None:
+            self.retired_tiers.remove(agent, led.tier)
+        st = self.agents.get(agent)
+        if st is None:
+            return led is not None
+        self.top_keys.drop(agent, st)
+        self.tiers.move(agent, st.tier, 0)
+        self.agents[agent] = _Agent()
+        self.agents.move_to_end(agent)  # the operator just acted on it: as recent in both orders
+        return True
+
+    def restore(self, state: AgentState, period: int) -> None:
+        """Put an agent back as exported, as the most recently active; its window too unless `period` is 0
+        (the cycle period its rule's tallies are for)."""
+        agent = state.agent
+        if agent in self.agents:
+            self.retire(agent)
+        if agent in self.retired:
+            self.forget(agent)
+        st = _Agent.restored(state)
+        if state.retired:
+            self.retired[agent] = _Ledger(st)
+            self.retired_tiers.add(agent, st.tier)
+            self.bound()
+            return
+        st.limits = self.limits.get(agent)
+        if period:  # what follows is keyed by digests
+            st.restore_window(state, period)
+            for key in st.previews:
+                self.top_keys.add(agent, key, st.count(key))
+        self.agents[agent] = st
+        self.tiers.add(agent, st.tier)
+        self.bound()
+
+    def promote(self, agent: str, st: _Agent) -> None:
+        """A new agent made _NEW_CALLS calls without a deny: tier 1."""
+        self.tiers.move(agent, 0, 1)
+        st.tier = 1
+
     def interrupted_call(self, agent: str, st: _Agent, tool: str, now: float | None) -> int:
         """The agent called under an operator interrupt (denied): the most recent, and tier 2; its calls so far."""
         self.agents.move_to_end(agent)
@@ -611,6 +625,13 @@ class _Operator:
             return
         self.interrupted[agent] = _Interrupt(reason)
         self.bound()
+
+    def denied(self, agent: str) -> _Interrupt:
+        """The interrupted agent called (denied): the most recent interrupt now, with one more deny."""
+        entry = self.interrupted[agent]
+        self.interrupted.move_to_end(agent)
+        entry.denies += 1
+        return entry
 
     def restore_interrupt(self, agent: str, reason: str, denies: int) -> None:
         self.interrupted[agent] = _Interrupt(reason, denies)
@@ -733,8 +754,8 @@ class Guard:
         self._agents, self._tiers = roster.agents, roster.tiers
         self._retired, self._retired_tiers = roster.retired, roster.retired_tiers
         self._tools: dict[str, ToolRules] = {}
-        self._call = Call()
         self.on_remove = on_remove
+        self._newest: _Agent | None = None  # the agent of the last check: the most recently active, in both orders
         self.paused = False
         self.checks = 0
         self.denies: dict[str, int] = dict.fromkeys(DENY_KINDS, 0)
@@ -764,6 +785,8 @@ class Guard:
         self._period = config.cycle_period
         self._no_cycles = [0] * (config.cycle_period + 1)
         self._stall = bool(config.stall_limit) or any(o.get("stallLimit") for o in self._overrides.values())
+        self._tracking = self._stall or bool(config.cycle_limit)  # the stall or cycle rule counts every call
+        self._call = Call()  # fresh: its tallies of rules now off stay 0
         self._reasons: dict[tuple[str, str, int, int, str], str] = {}
         self._roster.max_agents = self._operator.max_agents = config.max_agents
         self._roster.bound()
@@ -793,11 +816,9 @@ class Guard:
     ) -> Verdict:
         """Decide one call of `tool` with `args` by `agent`; allowed calls are recorded.
 
-        In order: an operator interrupt denies; a disabled or paused guard, an exempt tool (or one
-        outside `only`) pass unjudged; then the cap, and once the call is keyed the rules in
-        `ToolRules.denies` (duplicate, repeat, cycle, stall: breaker/rules.py) — the first that
-        objects denies. An allowed call is recorded and may carry the first warning of
-        `ToolRules.warns`.
+        In order: an operator interrupt denies; a disabled or paused guard, an exempt tool (or one outside
+        `only`) pass unjudged; then the cap, and once the call is keyed the steps of `ToolRules.denies`
+        (breaker/rules.py): the first that objects denies. An allowed call may carry a warning (`ToolRules.warns`).
 
         `now` (seconds, any clock) is only stored for displays ("age of the last call").
         `unjudgeable`: the harness could not serialize the args; the call is judged as args that
@@ -809,32 +830,25 @@ class Guard:
         if self._interrupted and agent in self._interrupted:
             return self._deny_interrupted(agent, tool, now)
         config = self._config
-        if not config.enabled or self.paused:
-            return _NOT_JUDGED
         rules = self._tools.get(tool) or self._classify(tool)
-        if not rules.judged:
+        if not (config.enabled and rules.judged) or self.paused:
             return _NOT_JUDGED
 
         st = self._agents.get(agent)
         if st is None:
             st = self._roster.admit(agent)
-        else:
+        elif st is not self._newest:  # the agent of the last check is the most recent already
             self._agents.move_to_end(agent)
             self._tiers.lru[st.tier].move_to_end(agent)
+        self._newest = st
         st.last_tool = tool
         st.last_seen = now
-
-        c = self._call
-        c.rules = rules
         own = st.limits
         cap = config.max_calls_per_agent
-        c.cap = cap = cap if own is None else own.get("maxCallsPerAgent", cap)
-        c.calls = st.calls
-        c.tool_calls = st.tool_calls.get(rules.name, 0) if st.tool_calls else 0
-        if cap or rules.tool_cap:
-            hit = steps.cap(c)
-            if hit is not None:
-                return self._deny(st, agent, tool, hit, None)
+        if own is not None:
+            cap = own.get("maxCallsPerAgent", cap)
+        if (cap or rules.tool_cap) and (denied := self._capped(st, agent, tool, rules, cap)) is not None:
+            return denied
         ring = st.ring
         while len(ring) > config.window:  # the window was made smaller since this agent's last call
             st.evict(agent, ring.popleft(), self._top_keys)
@@ -849,50 +863,92 @@ class Guard:
                 key = hash(_dumps((tool, args), option=_SORT))  # call_digest's fast path, inlined: the hot path
             except Exception:
                 key = call_digest(tool, args)
-        c.key = key
-        if self._stall or rules.cycle_limit:
-            st.track(c, tool, key, self._stall, self._period, self._no_cycles)
-        else:
-            c.stalled = c.cycle_len = c.cycle_p = 0
-        c.limit = limit = rules.dup_limit if own is None else own.get("duplicateLimit", rules.dup_limit)
+        c = self._call
+        tracking = self._tracking
+        if tracking:  # sets c.stalled, c.cycle_len, c.cycle_p (else they stay 0)
+            st.track(c, rules, tool, key, self._stall, self._period, self._no_cycles)
+        limit = rules.dup_limit if own is None else own.get("duplicateLimit", rules.dup_limit)
         slot = None if key is None else st.index.get(key)
         n = seen = 0 if slot is None else st.tally[slot]
         if n and st.before and rules.progress:  # only the identical calls since its result last changed count
             seen = n - st.before.get(key, 0)  # type: ignore[arg-type]
-        c.seen = seen
-        c.in_row = st.run if key is not None and key == st.last_key else 0
+        in_row = st.run if key is not None and key == st.last_key else 0
         # No step objects below its warning's threshold (a deny's is at or above it): a call below every one of
-        # them, the common case, skips the steps.
-        near = (
-            c.cycle_p or c.stalled or c.in_row >= rules.rep_near or (key is not None and seen >= limit - rules.dup_warn)
-        )
-        if near:
-            for judge in rules.denies:
-                hit = judge(c)
-                if hit is not None:
-                    return self._deny(st, agent, tool, hit, key)
+        # them, the common case, skips the steps, and so does a call no cap warning is on for.
+        near = in_row >= rules.rep_near or (seen >= limit - rules.dup_warn and key is not None)
+        near = near or bool(tracking and (c.cycle_p or c.stalled))
+        if near and (denied := self._denied(c.set(rules, key, seen, limit, in_row, cap), st, agent, tool)) is not None:
+            return denied
 
-        st.record(c, agent, tool, args, judged, slot, n, self)
-        if st.last is not None:
-            st.last = None
-        if near or rules.cap_warn or rules.tool_warn:
-            for warn in rules.warns:  # the first rule near its limit warns
-                hit = warn(c)
-                if hit is not None:  # remembered whatever its rules: a harness may show the warning with the result
-                    warning = self._warn(st, agent, tool, hit)
-                    st.remember(call_id, Pending(key, warning, rules.progress, tool), self._anon)
-                    return Verdict(True, None, "", hit.tally, hit.limit, False, True, key, warning, hit.rule)
+        # Allowed: the call takes its place in the window and the tallies (inline: the hot path).
+        if slot is not None:  # a repeat
+            st.repeated(agent, tool, args, judged, key, slot, n, self._top_keys)  # type: ignore[arg-type]
+        elif key is not None:  # a key new to the window: a slot of its own
+            if st.free:
+                slot = st.free.pop()
+                st.tally[slot] = 1
+            else:
+                slot = len(st.tally)
+                st.tally.append(1)
+            st.index[key] = slot
+        ring.append(key)
+        st.calls += 1
+        st.run = in_row + 1
+        st.last_key = key
+        st.last = None
+        if not st.tier and st.calls >= _NEW_CALLS:
+            self._roster.promote(agent, st)
+        if rules.tool_cap or rules.tool_warn:
+            st.count_tool(rules.name)
+        if len(ring) > config.window and (old := ring.popleft()) is not None:
+            old_slot = st.index[old]
+            if st.tally[old_slot] == 1 and st.results is None and not st.before:
+                del st.index[old]  # a key seen once leaves: _Agent.leave, inline
+                st.tally[old_slot] = 0
+                st.free.append(old_slot)
+            else:
+                st.evict(agent, old, self._top_keys)
+        if not near and (rules.cap_warn or rules.tool_warn):  # a cap's warning may speak: what the steps read
+            c.set(rules, key, seen, limit, in_row, cap)
+            near = True
+        if near and (warned := self._warned(c, st, agent, tool, call_id)) is not None:
+            return warned
         if call_id is not None and (rules.progress or self._stall):
             st.remember(call_id, Pending(key, "", rules.progress, tool), self._anon)
         return _new_verdict(Verdict, (True, None, "", seen + 1, limit, False, True, key, "", None))
 
-    def _warn(self, st: _Agent, agent: str, tool: str, hit: Hit) -> str:
-        """Count a warning; its text for the model."""
-        rule = hit.rule
-        st.warns[rule] = st.warns.get(rule, 0) + 1
-        st.last = _WARNED[rule]
-        self.warnings += 1
-        return fill(self._config.warn_message, tool, hit.tally, hit.limit, rule, agent, hit.how)
+    def _capped(self, st: _Agent, agent: str, tool: str, rules: ToolRules, cap: int) -> Verdict | None:
+        """The cap's step, judged before the call is keyed: its deny, or None."""
+        c = self._call
+        c.rules, c.cap, c.calls = rules, cap, st.calls
+        c.tool_calls = st.tool_calls.get(rules.name, 0) if st.tool_calls else 0
+        hit = steps.cap(c)
+        return None if hit is None else self._deny(st, agent, tool, hit, None)
+
+    def _denied(self, c: Call, st: _Agent, agent: str, tool: str) -> Verdict | None:
+        """The steps of `ToolRules.denies`, in order: the first that objects denies the call (None: none does)."""
+        for judge in c.rules.denies:
+            hit = judge(c)
+            if hit is not None:
+                return self._deny(st, agent, tool, hit, c.key)
+        return None
+
+    def _warned(self, c: Call, st: _Agent, agent: str, tool: str, call_id: str | int | None) -> Verdict | None:
+        """An allowed call near a limit: the first rule of `ToolRules.warns` that warns (None: none does)."""
+        c.calls = st.calls
+        c.tool_calls = st.tool_calls.get(c.rules.name, 0) if st.tool_calls else 0
+        for warn in c.rules.warns:
+            hit = warn(c)
+            if hit is not None:
+                rule = hit.rule
+                st.warns[rule] = st.warns.get(rule, 0) + 1
+                st.last = _WARNED[rule]
+                self.warnings += 1
+                warning = fill(self._config.warn_message, tool, hit.tally, hit.limit, rule, agent, hit.how)
+                # remembered whatever its rules: a harness may show the warning with the result
+                st.remember(call_id, Pending(c.key, warning, c.rules.progress, tool), self._anon)
+                return Verdict(True, None, "", hit.tally, hit.limit, False, True, c.key, warning, rule)
+        return None
 
     def result(
         self,
@@ -960,18 +1016,16 @@ class Guard:
             if len(self._reasons) >= _REASON_CACHE_MAX:
                 self._reasons.clear()
             reason = self._reasons[cache_key] = fill(self._config.deny_message, tool, count, limit, kind, agent)
-        return Verdict(False, kind, reason, count, limit, before == 0, False, key, rule=kind)
+        return _new_verdict(Verdict, (False, kind, reason, count, limit, before == 0, False, key, "", kind))
 
     def _deny_interrupted(self, agent: str, tool: str, now: float | None) -> Verdict:
-        entry = self._interrupted[agent]
-        self._interrupted.move_to_end(agent)
-        first = entry.denies == 0
-        entry.denies += 1
+        entry = self._operator.denied(agent)
         self.denies["interrupted"] += 1
         st = self._agents.get(agent)
         calls = 0 if st is None else self._roster.interrupted_call(agent, st, tool, now)
+        self._newest = None
         text = INTERRUPTED_TEXT + (f" Reason: {entry.reason}" if entry.reason else "")
-        return Verdict(False, "interrupted", text, calls, 0, first, False, rule="interrupted")
+        return Verdict(False, "interrupted", text, calls, 0, entry.denies == 1, False, rule="interrupted")
 
     # -- operator actions ---------------------------------------------------------------------
 
@@ -990,17 +1044,8 @@ class Guard:
         """Clear an agent's window, call count, denies and override (not an interrupt); True if it was tracked.
         An operator's action: its counts start again, as a new agent's."""
         self._limits.pop(agent, None)
-        led = self._retired.pop(agent, None)
-        if led is not None:
-            self._retired_tiers.remove(agent, led.tier)
-        st = self._agents.get(agent)
-        if st is None:
-            return led is not None
-        self._top_keys.drop(agent, st)
-        self._tiers.move(agent, st.tier, 0)
-        self._agents[agent] = _Agent()
-        self._agents.move_to_end(agent)  # the operator just acted on it: as recent in both orders
-        return True
+        self._newest = None
+        return self._roster.reset(agent)
 
     def override(self, agent: str, limits: dict[str, int | None]) -> dict[str, int] | None:
         """Give `agent` limits of its own (AGENT_LIMITS keys; a value None takes that one off): its cap, and
@@ -1057,27 +1102,10 @@ class Guard:
     def restore_agent(self, state: AgentState, *, windows: bool = True) -> None:
         """Put an agent back as exported, as the most recently active. `windows=False` keeps its
         tallies but not its window (digests from another process's hash key match nothing)."""
-        agent = state.agent
-        if agent in self._agents:
-            self._roster.retire(agent)
-        if agent in self._retired:
-            self._roster.forget(agent)
-        st = _Agent.restored(state)
         if state.limits:  # a state file from before overrides were kept apart
-            self.restore_override(agent, state.limits)
-        if state.retired:
-            self._retired[agent] = _Ledger(st)
-            self._retired_tiers.add(agent, st.tier)
-            self._roster.bound()
-            return
-        st.limits = self._limits.get(agent)
-        if windows:  # what follows is keyed by digests
-            st.restore_window(state, self._period)
-            for key in st.previews:
-                self._top_keys.add(agent, key, st.count(key))
-        self._agents[agent] = st
-        self._tiers.add(agent, st.tier)
-        self._roster.bound()
+            self.restore_override(state.agent, state.limits)
+        self._newest = None
+        self._roster.restore(state, self._period if windows else 0)
 
     def interrupts(self) -> list[tuple[str, str, int]]:
         """Every operator interrupt: (agent, reason, denies so far), oldest first."""

@@ -105,6 +105,9 @@ class Hit(NamedTuple):
     how: str = ""
 
 
+_hit = tuple.__new__  # a Hit from all its fields at once, as the steps make them: faster than Hit(...)
+
+
 class Call:
     """One check's working values, filled in as the check goes: what the steps read.
 
@@ -139,6 +142,11 @@ class Call:
         self.cycle_p = 0
         self.stalled = 0  # this tool's last calls in a row that got the same result
 
+    def set(self, rules: ToolRules, key: int | None, seen: int, limit: int, in_row: int, cap: int) -> Call:
+        """The values the steps read, once the call is keyed (the stall and cycle rules' are set as they count)."""
+        self.rules, self.key, self.seen, self.limit, self.in_row, self.cap = rules, key, seen, limit, in_row, cap
+        return self
+
 
 # -- the deny steps: each returns the Hit that denies the call, or None ---------------------------
 
@@ -146,17 +154,17 @@ class Call:
 def cap(c: Call) -> Hit | None:
     """The agent's calls in all, then its calls of this tool, reached their cap. Judged before the call is keyed."""
     if c.cap and c.calls >= c.cap:
-        return Hit("cap", c.calls, c.cap)
+        return _hit(Hit, ("cap", c.calls, c.cap, ""))
     tool_cap = c.rules.tool_cap
     if tool_cap and c.tool_calls >= tool_cap:
-        return Hit("cap", c.tool_calls, tool_cap)
+        return _hit(Hit, ("cap", c.tool_calls, tool_cap, ""))
     return None
 
 
 def duplicate(c: Call) -> Hit | None:
     """The identical call is already in the window duplicateLimit times."""
     if c.key is not None and c.seen >= c.limit:
-        return Hit("duplicate", c.seen, c.limit)
+        return _hit(Hit, ("duplicate", c.seen, c.limit, ""))
     return None
 
 
@@ -164,7 +172,7 @@ def repeat(c: Call) -> Hit | None:
     """The identical call came repeatLimit times in a row."""
     limit = c.rules.rep_limit
     if c.in_row >= limit:
-        return Hit("repeat", c.in_row, limit)
+        return _hit(Hit, ("repeat", c.in_row, limit, ""))
     return None
 
 
@@ -173,7 +181,7 @@ def cycle(c: Call) -> Hit | None:
     rounds."""
     limit = c.rules.cycle_limit
     if c.cycle_p and c.cycle_len > limit * c.cycle_p:
-        return Hit("cycle", limit + 1, limit)
+        return _hit(Hit, ("cycle", limit + 1, limit, ""))
     return None
 
 
@@ -181,7 +189,7 @@ def stall(c: Call) -> Hit | None:
     """This tool's last stallLimit calls in a row all got the same result, whatever their args."""
     limit = c.rules.stall_limit
     if c.stalled and c.stalled >= limit:
-        return Hit("stall", c.stalled, limit)
+        return _hit(Hit, ("stall", c.stalled, limit, ""))
     return None
 
 
@@ -191,7 +199,7 @@ def stall(c: Call) -> Hit | None:
 def repeat_near(c: Call) -> Hit | None:
     r = c.rules
     if r.rep_warn and c.in_row >= r.rep_limit - r.rep_warn and c.key is not None:
-        return Hit("repeat", c.in_row + 1, r.rep_limit)
+        return _hit(Hit, ("repeat", c.in_row + 1, r.rep_limit, ""))
     return None
 
 
@@ -199,33 +207,33 @@ def cycle_near(c: Call) -> Hit | None:
     r = c.rules
     p = c.cycle_p
     if p and c.cycle_len > r.cycle_limit * p - r.cycle_warn:
-        return Hit("cycle", -(-c.cycle_len // p), r.cycle_limit)
+        return _hit(Hit, ("cycle", -(-c.cycle_len // p), r.cycle_limit, ""))
     return None
 
 
 def duplicate_near(c: Call) -> Hit | None:
     if c.seen >= c.limit - c.rules.dup_warn and c.key is not None:
-        return Hit("duplicate", c.seen + 1, c.limit)
+        return _hit(Hit, ("duplicate", c.seen + 1, c.limit, ""))
     return None
 
 
 def stall_near(c: Call) -> Hit | None:
     r = c.rules
     if c.stalled and c.stalled >= r.stall_limit - r.stall_warn:
-        return Hit("stall", c.stalled + 1, r.stall_limit)
+        return _hit(Hit, ("stall", c.stalled + 1, r.stall_limit, ""))
     return None
 
 
 def tool_cap_near(c: Call) -> Hit | None:
     r = c.rules
     if c.tool_calls > r.tool_cap - r.tool_warn:
-        return Hit("cap", c.tool_calls, r.tool_cap, "tool cap")
+        return _hit(Hit, ("cap", c.tool_calls, r.tool_cap, "tool cap"))
     return None
 
 
 def cap_near(c: Call) -> Hit | None:
     if c.calls > c.cap - c.rules.cap_warn:
-        return Hit("cap", c.calls, c.cap)
+        return _hit(Hit, ("cap", c.calls, c.cap, ""))
     return None
 
 
