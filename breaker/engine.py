@@ -99,7 +99,7 @@ class _Agent:
     def __init__(self) -> None:
         self.ring: deque[int | None] = deque()  # None = a call the guard could not judge
         self.index: dict[int, int] = {}  # key -> its slot
-        self.tally = array("i")  # slot -> the key's occurrences in the window (0: a free slot)
+        self.tally: list[int] = []  # slot -> the key's occurrences in the window (0: a free slot)
         self.free: list[int] = []  # slots no key holds
         self.results: array[int] | None = None  # progress: slot -> a hash of its key's last result (_NO_RESULT)
         self.previews: dict[int, tuple[str, str]] = {}  # only keys seen at least twice
