@@ -1,20 +1,33 @@
-"""The guard engine: per-agent windows of call keys and the deny rules. Pure: no I/O, no clock."""
+"""The guard engine: per-agent windows of call keys, the agents' lifetimes, and the rules run in order.
+Pure: no I/O, no clock."""
 
 from __future__ import annotations
 
-import re
+import itertools
+from array import array
 from collections import OrderedDict, deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 
+from breaker import rules as steps
 from breaker.config import AGENT_LIMITS, Config
 from breaker.keys import Judged, call_digest, preview, tool_class_name
 from breaker.records import AgentRow, KeyRow
+from breaker.rules import DENY_KINDS, Facts, Hit, Kind, Outcome, ToolRules, Verdict, fill
 
-__all__ = ["AgentState", "Guard", "GuardView", "Verdict"]
+__all__ = [
+    "DENY_KINDS",
+    "AgentState",
+    "Guard",
+    "GuardView",
+    "Kind",
+    "Outcome",
+    "Pending",
+    "Verdict",
+]
 
 _SORT = orjson.OPT_SORT_KEYS
 _dumps = orjson.dumps
@@ -25,129 +38,49 @@ _REASON_CACHE_MAX = 4096
 # calls (what a flood of fresh ids is made of); tier 1: no deny yet; tier 2: denied at least once (a
 # trip, a cap). The least recently active agent of the lowest tier that holds one goes first.
 _NEW_CALLS = 10
-_PLACEHOLDER = re.compile(r"\{(tool|count|limit|kind|agent|rule|how)\}")
 INTERRUPTED_TEXT = "Circuit breaker (interrupted): the operator stopped this agent; do not call any more tools."
-
-DENY_KINDS = ("duplicate", "repeat", "cycle", "stall", "cap", "interrupted")
-# {how}: what a rule's count counts, as the messages say it
-_HOW = {
-    "duplicate": "identical calls among its recent ones",
-    "repeat": "identical calls in a row",
-    "cycle": "rounds of the same cycle of calls",
-    "cap": "tool calls in all",
-    "tool cap": "calls of this tool",
-    "stall": "calls of this tool in a row getting the same result",
-}
+_NO_RESULT = -1  # a slot whose key has no result yet (CPython's hash() never returns -1)
+# An agent's last judged call, as (outcome, rule): one shared pair per rule, so recording it allocates nothing.
+_DENIED: dict[str, tuple[Outcome, Kind]] = {kind: ("deny", kind) for kind in DENY_KINDS}
+_WARNED: dict[str, tuple[Outcome, Kind]] = {kind: ("warn", kind) for kind in DENY_KINDS}
 
 
-class _Rules:
-    """The limits one tool's calls are judged by: the config's, with the tool's overrides on top."""
+class Pending(NamedTuple):
+    """A call remembered until its result comes: what the result needs of it."""
 
-    __slots__ = (
-        "dup_limit",
-        "dup_warn",
-        "judged",
-        "name",
-        "progress",
-        "rep_limit",
-        "rep_warn",
-        "stall_limit",
-        "stall_warn",
-        "tool_cap",
-        "tool_warn",
-    )
-
-    def __init__(self, config: Config, name: str, judged: bool, overrides: dict[str, Any]) -> None:
-        self.judged = judged
-        self.name = name  # the tool's class name (case, `_` and `-` ignored), as exempt compares
-        self.dup_limit = overrides.get("duplicateLimit", config.duplicate_limit)
-        self.dup_warn = overrides.get("duplicateWarn", config.duplicate_warn)
-        self.rep_limit = overrides.get("repeatLimit", config.repeat_limit)
-        self.rep_warn = min(overrides.get("repeatWarn", config.repeat_warn), self.rep_limit)  # 0 while it is off
-        self.stall_limit = overrides.get("stallLimit", config.stall_limit)
-        self.stall_warn = min(overrides.get("stallWarn", config.stall_warn), self.stall_limit)
-        self.tool_cap = overrides.get("maxCalls", 0)
-        self.tool_warn = min(overrides.get("maxCallsWarn", 0), self.tool_cap)
-        self.progress = overrides.get("progress", config.progress)
-
-
-class Verdict:
-    """The answer for one call.
-
-    allowed: the call may run. kind: None, or the rule that denied: "duplicate", "repeat", "cycle",
-    "cap" or "interrupted". reason: the deny text for the model ("" when allowed).
-    count/limit: the tally of the rule that denied or warned, and its limit — for a duplicate the
-    key's occurrences in the window and duplicateLimit; for a repeat the calls in a row; for a cycle
-    its rounds; for a cap the calls made (of the tool, for a per-tool cap) and the cap. For an
-    allowed judged call without a warning, the key's occurrences including this call and
-    duplicateLimit; 0/0 for calls the guard does not judge (disabled, paused, exempt, outside `only`).
-    warning/rule: an allowed call near a limit carries the text for the model and the rule ("" and
-    None otherwise); a deny's rule is its kind.
-    first: this is the agent's first deny of this kind (the one the incident log records).
-    counted: the call was recorded (took a window slot and counts toward the cap).
-    key: the call's digest as the window compares it, for tools that tally calls the same way
-    (None when it was not computed: not judged, capped, interrupted, or unserializable args).
-    """
-
-    __slots__ = ("allowed", "count", "counted", "first", "key", "kind", "limit", "reason", "rule", "warning")
-
-    def __init__(
-        self,
-        allowed: bool,
-        kind: str | None = None,
-        reason: str = "",
-        count: int = 0,
-        limit: int = 0,
-        first: bool = False,
-        counted: bool = False,
-        key: int | None = None,
-        warning: str = "",
-        rule: str | None = None,
-    ) -> None:
-        self.allowed = allowed
-        self.key = key
-        self.warning = warning  # an allowed call near a limit: the text the model is shown ("" = none)
-        self.rule = rule  # the rule that warned (allowed) or denied (= kind)
-        self.kind = kind
-        self.reason = reason
-        self.count = count
-        self.limit = limit
-        self.first = first
-        self.counted = counted
-
-    def __repr__(self) -> str:
-        if self.allowed:
-            warned = f", warned by {self.rule}" if self.warning else ""
-            return f"Verdict(allow, count={self.count}, limit={self.limit}, counted={self.counted}{warned})"
-        return f"Verdict(deny {self.kind}, count={self.count}, limit={self.limit}, first={self.first})"
-
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, Verdict):
-            return NotImplemented
-        return all(getattr(self, s) == getattr(other, s) for s in self.__slots__)
-
-    __hash__ = None  # type: ignore[assignment]
+    key: int | None  # its digest (None: args it could not key)
+    warning: str  # the warning its check gave ("" if none), for harnesses that show it with the result
+    progress: bool  # its tool's rules have `progress`
+    tool: str
 
 
 _NOT_JUDGED = Verdict(True)
+_new_verdict = tuple.__new__  # a Verdict from all its fields at once: half the cost of Verdict(...) on the hot path
 
 
 class _Agent:
-    """One agent's state: its window (ring of keys + count per key) and its lifetime tallies."""
+    """One agent's state: its window and its lifetime tallies.
+
+    The window is a ring of keys (oldest first) and a count per key. Each key in the window holds a
+    slot: `index` maps the key to it, `tally[slot]` is its count and `results[slot]` a hash of its
+    last result's digest — numbers in flat lists and arrays rather than a dict per fact, so that a
+    remembered call costs its ring entry, one dict entry and a few machine words."""
 
     __slots__ = (
         "before",
         "calls",
-        "counts",
         "cycles",
         "cycling",
         "denies",
+        "free",
+        "index",
         "last",
         "last_key",
         "last_seen",
         "last_tool",
         "limits",
         "pending",
+        "period",
         "previews",
         "recent",
         "results",
@@ -156,6 +89,7 @@ class _Agent:
         "stall_digest",
         "stall_n",
         "stall_tool",
+        "tally",
         "tier",
         "tool_calls",
         "warns",
@@ -163,12 +97,15 @@ class _Agent:
 
     def __init__(self) -> None:
         self.ring: deque[int | None] = deque()  # None = a call the guard could not judge
-        self.counts: dict[int, int] = {}
+        self.index: dict[int, int] = {}  # key -> its slot
+        self.tally: list[int] = []  # slot -> the key's occurrences in the window (0: a free slot)
+        self.free: list[int] = []  # slots no key holds
+        self.results: array[int] | None = None  # progress: slot -> a hash of its key's last result (_NO_RESULT)
         self.previews: dict[int, tuple[str, str]] = {}  # only keys seen at least twice
         self.calls = 0  # allowed, counted calls over the agent's life
         self.denies: dict[str, int] = {}  # deny kind -> how many of its calls were denied
         self.warns: dict[str, int] = {}  # rule -> how many of its calls were allowed with a warning
-        self.last = ""  # how its last judged call went: "", "warn:<rule>" or "deny:<kind>"
+        self.last: tuple[Outcome, Kind] | None = None  # how its last judged call went, if warned or denied
         self.last_tool = ""
         self.last_seen: float | None = None
         # the repeat rule: the key of its last allowed call, and how many times in a row it came
@@ -177,12 +114,11 @@ class _Agent:
         # the cycle rule, for each period p: how many calls in a row repeated the call p back
         self.cycles: list[int] | None = None
         self.cycling = False  # some entry of cycles is not 0
-        self.recent: deque[int | None] | None = None  # the last calls it tried, for the cycle rule
-        # progress: per key, its calls since its result last changed, and its last result's digest
+        self.recent: list[int | None] | None = None  # the last `period` calls it tried, for the cycle rule
+        self.period = 0  # the cyclePeriod `recent` and `cycles` were made for
+        # progress: per key, its occurrences from before its result last changed
         self.before: dict[int, int] | None = None
-        self.results: dict[int, int] | None = None  # per key, a hash of its last result's digest
-        # call id (or an anonymous one) -> (key, warning) of its calls awaiting their result
-        self.pending: OrderedDict[Any, tuple[int | None, str, bool, str]] | None = None
+        self.pending: OrderedDict[Any, Pending] | None = None  # call id (or an anonymous one) -> the call
         self.tool_calls: dict[str, int] | None = None  # per-tool caps: calls per tool
         # the stall rule: the tool of its last calls in a row, the result they got, and how many got it
         self.stall_tool: str | None = None
@@ -190,6 +126,237 @@ class _Agent:
         self.stall_n = 0
         self.limits: dict[str, int] | None = None  # the operator's override (Guard._limits holds it)
         self.tier = 0  # its eviction tier (_NEW_CALLS)
+
+    def count(self, key: int) -> int:
+        """The key's occurrences in the window."""
+        slot = self.index.get(key)
+        return 0 if slot is None else self.tally[slot]
+
+    def take_slot(self, key: int) -> int:
+        """A slot for a key new to the window, counted once."""
+        free = self.free
+        if free:
+            slot = free.pop()
+            self.tally[slot] = 1
+        else:
+            slot = len(self.tally)
+            self.tally.append(1)
+        self.index[key] = slot
+        return slot
+
+    def leave(self, key: int, slot: int) -> None:
+        """The key's last occurrence left the window: its slot and what progress kept of it go."""
+        del self.index[key]
+        self.tally[slot] = 0
+        self.free.append(slot)
+        results = self.results
+        if results is not None and slot < len(results):
+            results[slot] = _NO_RESULT
+        if self.before:
+            self.before.pop(key, None)
+
+    def result_of(self, slot: int, seen: int) -> int:
+        """Record a hash of the slot's newest result; the one it had before (_NO_RESULT: none)."""
+        results = self.results
+        if results is None:
+            results = self.results = array("q")
+        if len(results) <= slot:
+            results.frombytes(b"\xff" * 8 * (len(self.tally) - len(results)))  # _NO_RESULT, in two's complement
+        previous = results[slot]
+        results[slot] = seen
+        return previous
+
+    def track(
+        self, c: Facts, rules: ToolRules, tool: str, key: int | None, stall: bool, period: int, no_cycles: list[int]
+    ) -> None:
+        """What the stall and cycle rules count of every keyed call, denied or not."""
+        c.stalled = 0
+        if stall:  # a call of another tool ends the run of calls the stall rule counts
+            if tool != self.stall_tool:
+                self.stall_tool, self.stall_digest, self.stall_n = tool, None, 0
+            elif rules.stall_limit:
+                c.stalled = self.stall_n
+        c.cycle_len = c.cycle_p = 0
+        if rules.cycle_limit:  # every call it tries moves the cycle rule on
+            recent = self.recent
+            if recent is not None and (key is None or key not in recent) and self.period == period:
+                # the common case, inline: a call it has not just made continues no cycle
+                if self.cycling:
+                    self.cycles[:] = no_cycles  # type: ignore[index]
+                    self.cycling = False
+                recent.append(key)
+                if len(recent) > period:
+                    del recent[0]
+            else:
+                self.cycle(c, key, period, no_cycles)
+
+    def cycle(self, c: Facts, key: int | None, period: int, no_cycles: list[int]) -> None:
+        """Move the cycle rule on by one tried call: sets the longest cycle this call continues, as
+        (how many calls in a row follow it including this one, its period), or (0, 0).
+
+        `self.recent` holds the last cyclePeriod calls tried; `self.cycles[p]` how many calls in a row
+        repeated the call p before them. A block of one call repeated (A-A-A) is the repeat rule's,
+        not a cycle of any period."""
+        top = period
+        recent = self.recent
+        if recent is None or self.period != top:
+            recent = self.recent = list(recent or ())[-top:]
+            self.period = top
+        cycles = self.cycles
+        if cycles is None or len(cycles) != top + 1:
+            cycles = self.cycles = [0] * (top + 1)
+        best_len = best_p = 0
+        self.cycling = False
+        if key is None or key not in recent:
+            cycles[:] = no_cycles
+        else:
+            size = len(recent)
+            same = 0  # how many of the last calls are this one
+            while same < size and recent[-1 - same] == key:
+                same += 1
+            for p in range(2, top + 1):
+                if p <= size and recent[-p] == key:
+                    run = cycles[p] = cycles[p] + 1
+                    self.cycling = True
+                    # the cycle with the most rounds (length / period; the shorter period on a tie)
+                    if same < p - 1 and (not best_p or (run + p) * best_p > best_len * p):
+                        best_len, best_p = run + p, p
+                else:
+                    cycles[p] = 0
+        recent.append(key)
+        if len(recent) > top:
+            del recent[0]
+        c.cycle_len, c.cycle_p = best_len, best_p
+
+    def progressed(self, key: int, slot: int, digest: str) -> None:
+        """Under `progress`: a result of the key came. When it differs from the key's last one, the call made
+        progress: it and the identical calls before it count no more."""
+        seen = hash(digest)  # a hash is all a comparison needs, in a machine word
+        previous = self.result_of(slot, seen)
+        if previous != _NO_RESULT and previous != seen:
+            before = self.before if self.before is not None else {}
+            self.before = before
+            before[key] = self.tally[slot]
+            if self.last_key == key:
+                self.run = 0
+            self.cycles = None  # a cycle through a call whose result changed is making progress
+            self.cycling = False
+
+    def evict(self, agent: str, old: int | None, top_keys: _TopKeys) -> None:
+        """A key leaves the window: one fewer occurrence (and one bucket down in the top keys)."""
+        if old is None:
+            return
+        slot = self.index[old]
+        n = self.tally[slot] - 1
+        if not n:
+            self.leave(old, slot)
+            return
+        self.tally[slot] = n
+        before = self.before
+        if before and old in before:  # the oldest occurrences go first: those from before a change
+            if before[old] > 1:
+                before[old] -= 1
+            else:
+                del before[old]
+        top_keys.down(agent, old, n)
+        if n == 1:
+            del self.previews[old]
+
+    def repeated(
+        self, agent: str, tool: str, args: Any, judged: Judged | None, key: int, slot: int, n: int, top_keys: _TopKeys
+    ) -> None:
+        """An allowed call of a key already in the window (`n` times, in `slot`): one more, one bucket up."""
+        self.tally[slot] = n + 1
+        if n == 1:
+            self.previews[key] = (tool, preview(tool, args) if judged is None else judged.preview)
+        top_keys.up(agent, key, n)
+
+    def count_tool(self, name: str) -> None:
+        """One more call of the tool of class `name`, for a per-tool cap."""
+        if self.tool_calls is None:
+            self.tool_calls = {}
+        self.tool_calls[name] = self.tool_calls.get(name, 0) + 1
+
+    def remember(self, call_id: str | int | None, call: Pending, anon: Iterator[int]) -> None:
+        """Keep a call until its result comes (the last _PENDING_MAX such calls): the result finds the call by
+        its id, and a harness that can show text only with the result gets the warning."""
+        pending = self.pending
+        if pending is None:
+            pending = self.pending = OrderedDict()
+        cid: Any = (None, next(anon)) if call_id is None else call_id
+        pending[cid] = call
+        if len(pending) > _PENDING_MAX:
+            pending.popitem(last=False)
+
+    def export(self, agent: str) -> AgentState:
+        """Its state as plain values (the limits are the guard's to add)."""
+        index, results = self.index, self.results
+        return AgentState(
+            agent=agent,
+            calls=self.calls,
+            denies=dict(self.denies),
+            ring=list(self.ring),
+            previews=dict(self.previews),
+            last_tool=self.last_tool,
+            last_seen=self.last_seen,
+            warns=dict(self.warns),
+            last=self.last,
+            last_key=self.last_key,
+            run=self.run,
+            cycles=list(self.cycles) if self.cycles is not None else None,
+            recent=list(self.recent) if self.recent is not None else None,
+            before=dict(self.before) if self.before is not None else None,
+            results=(
+                {k: results[s] for k, s in index.items() if s < len(results) and results[s] != _NO_RESULT}
+                if results is not None
+                else None
+            ),
+            tool_calls=dict(self.tool_calls) if self.tool_calls is not None else None,
+            stall=(self.stall_tool, self.stall_digest, self.stall_n) if self.stall_tool is not None else None,
+            limits=dict(self.limits) if self.limits else None,
+        )
+
+    @staticmethod
+    def restored(state: AgentState) -> _Agent:
+        """An agent with the tallies of `state`, without its window (restore_window adds it)."""
+        st = _Agent()
+        st.calls = state.calls
+        st.denies = dict(state.denies)
+        st.last_tool = state.last_tool
+        st.last_seen = state.last_seen
+        st.warns = dict(state.warns)
+        st.tier = 2 if st.denies else 1 if st.calls >= _NEW_CALLS else 0
+        st.last = state.last
+        st.tool_calls = dict(state.tool_calls) if state.tool_calls else None
+        if state.stall is not None:
+            st.stall_tool, st.stall_digest, st.stall_n = state.stall
+        return st
+
+    def restore_window(self, state: AgentState, period: int) -> None:
+        """Take the window and the rules' tallies from `state` (digests this process's hash key made)."""
+        self.last_key, self.run = state.last_key, state.run
+        self.cycles = list(state.cycles) if state.cycles is not None else None
+        self.cycling = any(self.cycles or ())
+        self.recent = list(state.recent)[-period:] if state.recent is not None else None
+        self.period = period
+        self.before = dict(state.before) if state.before is not None else None
+        self.ring = deque(state.ring)
+        index, tally = self.index, self.tally
+        for key in state.ring:
+            if key is not None:
+                slot = index.get(key)
+                if slot is None:
+                    self.take_slot(key)
+                else:
+                    tally[slot] += 1
+        if state.results is not None:
+            self.results = array("q")
+            for key, seen in state.results.items():
+                if key in index:
+                    self.result_of(index[key], seen)
+        for key, slot in index.items():
+            if tally[slot] >= 2:
+                self.previews[key] = state.previews.get(key, ("", ""))
 
 
 class _Ledger:
@@ -213,6 +380,21 @@ class _Ledger:
         st.calls, st.denies, st.warns, st.tool_calls = self.calls, self.denies, self.warns, self.tool_calls
         st.last_tool, st.last_seen, st.tier = self.last_tool, self.last_seen, self.tier
         return st
+
+    def export(self, agent: str, limits: dict[str, int] | None) -> AgentState:
+        return AgentState(
+            agent=agent,
+            calls=self.calls,
+            denies=dict(self.denies),
+            ring=[],
+            previews={},
+            last_tool=self.last_tool,
+            last_seen=self.last_seen,
+            warns=dict(self.warns),
+            tool_calls=dict(self.tool_calls) if self.tool_calls is not None else None,
+            limits=dict(limits) if limits is not None else None,
+            retired=True,
+        )
 
 
 class _Tiers:
@@ -245,6 +427,171 @@ class _Tiers:
             lru.clear()
 
 
+class _TopKeys:
+    """The repeated keys of every agent, by count (>= 2), kept as calls happen: the top keys are read
+    from the highest buckets down instead of scanning every agent's window."""
+
+    __slots__ = ("buckets", "top")
+
+    def __init__(self) -> None:
+        self.buckets: dict[int, dict[tuple[str, int], None]] = {}
+        self.top = 0  # no bucket above this holds anything
+
+    def add(self, agent: str, key: int, n: int) -> None:
+        bucket = self.buckets.get(n)
+        if bucket is None:
+            bucket = self.buckets[n] = {}
+        bucket[(agent, key)] = None
+        if n > self.top:
+            self.top = n
+
+    def up(self, agent: str, key: int, n: int) -> None:
+        """The key's count went from n (>= 1) to n + 1."""
+        if n > 1:
+            del self.buckets[n][(agent, key)]
+        self.add(agent, key, n + 1)
+
+    def down(self, agent: str, key: int, n: int) -> None:
+        """The key's count went from n + 1 to n (>= 1)."""
+        del self.buckets[n + 1][(agent, key)]
+        if n > 1:
+            self.add(agent, key, n)
+
+    def drop(self, agent: str, st: _Agent) -> None:
+        """The agent's window goes: its keys leave the buckets."""
+        buckets = self.buckets
+        for key in st.previews:
+            del buckets[st.count(key)][(agent, key)]
+
+    def read(self, top: int) -> Iterable[tuple[str, int, int]]:
+        """(agent, key, count) of the most repeated keys, most first, until the caller has `top`. The cost is
+        the number of keys read plus the empty buckets skipped, never the number of agents."""
+        buckets = self.buckets
+        n = self.top
+        while n >= 2:
+            bucket = buckets.get(n)
+            if not bucket:
+                if n == self.top:
+                    buckets.pop(n, None)
+                    self.top = n - 1  # nothing this high any more
+                n -= 1
+                continue
+            for agent, key in bucket:
+                yield agent, key, n
+            n -= 1
+
+
+class _Roster:
+    """The agents the guard holds, least recently active first, and the ledgers of those that went: each bounded
+    by maxAgents, letting go of the least valuable first (_NEW_CALLS)."""
+
+    __slots__ = ("agents", "limits", "max_agents", "removed", "retired", "retired_tiers", "tiers", "top_keys")
+
+    def __init__(self, top_keys: _TopKeys, limits: dict[str, dict[str, int]], removed: Callable[[str], Any]) -> None:
+        self.agents: OrderedDict[str, _Agent] = OrderedDict()  # least recently active first
+        self.tiers = _Tiers()  # the same agents, by eviction tier
+        self.retired: OrderedDict[str, _Ledger] = OrderedDict()  # ended or evicted agents' counts
+        self.retired_tiers = _Tiers()
+        self.top_keys = top_keys
+        self.limits = limits  # the guard's: the operator's per-agent limits
+        self.max_agents = 0
+        self.removed = removed  # told the id of an agent whose state, or then its ledger, went away
+
+    def admit(self, agent: str) -> _Agent:
+        """A new (or returning) agent's state: its ledger's counts if it had one; past maxAgents one goes."""
+        led = self.retired.pop(agent, None) if self.retired else None
+        if led is None:
+            st = _Agent()
+        else:
+            self.retired_tiers.remove(agent, led.tier)
+            st = led.revive()
+        if self.limits:
+            st.limits = self.limits.get(agent)
+        if len(self.agents) >= self.max_agents:  # room first: the newcomer itself is never the one to go
+            self.retire(self.tiers.victim())
+        self.agents[agent] = st
+        self.tiers.add(agent, st.tier)
+        return st
+
+    def reset(self, agent: str) -> bool:
+        """The agent starts again as a new one (its ledger too); True if it was tracked."""
+        led = self.retired.pop(agent, None)
+        if led is not None:
+            self.retired_tiers.remove(agent, led.tier)
+        st = self.agents.get(agent)
+        if st is None:
+            return led is not None
+        self.top_keys.drop(agent, st)
+        self.tiers.move(agent, st.tier, 0)
+        self.agents[agent] = _Agent()
+        self.agents.move_to_end(agent)  # the operator just acted on it: as recent in both orders
+        return True
+
+    def restore(self, state: AgentState, period: int) -> None:
+        """Put an agent back as exported, as the most recently active; its window too unless `period` is 0
+        (the cycle period its rule's tallies are for)."""
+        agent = state.agent
+        if agent in self.agents:
+            self.retire(agent)
+        if agent in self.retired:
+            self.forget(agent)
+        st = _Agent.restored(state)
+        if state.retired:
+            self.retired[agent] = _Ledger(st)
+            self.retired_tiers.add(agent, st.tier)
+            self.bound()
+            return
+        st.limits = self.limits.get(agent)
+        if period:  # what follows is keyed by digests
+            st.restore_window(state, period)
+            for key in st.previews:
+                self.top_keys.add(agent, key, st.count(key))
+        self.agents[agent] = st
+        self.tiers.add(agent, st.tier)
+        self.bound()
+
+    def promote(self, agent: str, st: _Agent) -> None:
+        """A new agent made _NEW_CALLS calls without a deny: tier 1."""
+        self.tiers.move(agent, 0, 1)
+        st.tier = 1
+
+    def interrupted_call(self, agent: str, st: _Agent, tool: str, now: float | None) -> int:
+        """The agent called under an operator interrupt (denied): the most recent, and tier 2; its calls so far."""
+        self.agents.move_to_end(agent)
+        if st.tier != 2:
+            self.tiers.move(agent, st.tier, 2)
+            st.tier = 2
+        else:
+            self.tiers.lru[2].move_to_end(agent)
+        st.denies["interrupted"] = st.denies.get("interrupted", 0) + 1
+        st.last_tool = tool
+        st.last_seen = now
+        return st.calls
+
+    def bound(self) -> None:
+        """Keep the agents and the ledgers within maxAgents (after a config change or a restore)."""
+        while len(self.agents) > self.max_agents:
+            self.retire(self.tiers.victim())
+        while len(self.retired) > self.max_agents:
+            self.forget(self.retired_tiers.victim())
+
+    def retire(self, agent: str) -> None:
+        """Let an agent's window go; keep its counts in the ledger (the least valuable ledger goes past maxAgents)."""
+        st = self.agents.pop(agent)
+        self.tiers.remove(agent, st.tier)
+        self.top_keys.drop(agent, st)
+        self.retired[agent] = _Ledger(st)
+        self.retired_tiers.add(agent, st.tier)
+        self.removed(agent)
+        if len(self.retired) > self.max_agents:
+            self.forget(self.retired_tiers.victim())
+
+    def forget(self, agent: str) -> None:
+        led = self.retired.pop(agent)
+        self.retired_tiers.remove(agent, led.tier)
+        self.removed(agent)
+
+
 class _Interrupt:
     """An operator's interrupt: kept apart from the agents, so evicting an idle agent never lifts it."""
 
@@ -253,6 +600,63 @@ class _Interrupt:
     def __init__(self, reason: str, denies: int = 0) -> None:
         self.reason = reason
         self.denies = denies
+
+
+class _Operator:
+    """What only the operator sets: interrupts and per-agent limits. Kept apart from the agents, so that an
+    agent's end or eviction never lifts them; each bounded by maxAgents, the oldest going first."""
+
+    __slots__ = ("interrupted", "limits", "max_agents")
+
+    def __init__(self) -> None:
+        self.interrupted: OrderedDict[str, _Interrupt] = OrderedDict()
+        self.limits: dict[str, dict[str, int]] = {}  # agent -> its own limits (AGENT_LIMITS keys), oldest first
+        self.max_agents = 0
+
+    def bound(self) -> None:
+        while len(self.interrupted) > self.max_agents:
+            self.interrupted.popitem(last=False)
+
+    def interrupt(self, agent: str, reason: str) -> None:
+        entry = self.interrupted.get(agent)
+        if entry is not None:
+            entry.reason = reason
+            return
+        self.interrupted[agent] = _Interrupt(reason)
+        self.bound()
+
+    def denied(self, agent: str) -> _Interrupt:
+        """The interrupted agent called (denied): the most recent interrupt now, with one more deny."""
+        entry = self.interrupted[agent]
+        self.interrupted.move_to_end(agent)
+        entry.denies += 1
+        return entry
+
+    def restore_interrupt(self, agent: str, reason: str, denies: int) -> None:
+        self.interrupted[agent] = _Interrupt(reason, denies)
+        self.interrupted.move_to_end(agent)
+        self.bound()
+
+    def set_limits(self, agent: str, own: dict[str, int]) -> None:
+        """`agent`'s own limits are `own` now (none, if empty), as the most recent."""
+        self.limits.pop(agent, None)
+        if own:
+            self.limits[agent] = own  # the most recent last: past maxAgents, the oldest goes
+            while len(self.limits) > self.max_agents:
+                self.limits.pop(next(iter(self.limits)))
+
+    def override(self, agent: str, changes: dict[str, int | None]) -> dict[str, int]:
+        """Apply `changes` (a value None takes that limit off) to `agent`'s own limits: what they are now."""
+        own: dict[str, int] = self.limits.pop(agent, {})
+        for key, value in changes.items():
+            if key not in AGENT_LIMITS:
+                raise ValueError(f"{key!r} is not a limit an agent may have of its own")
+            if value is None:
+                own.pop(key, None)
+            else:
+                own[key] = value
+        self.set_limits(agent, own)
+        return own
 
 
 @dataclass(frozen=True, slots=True)
@@ -278,7 +682,7 @@ class AgentState:
     last_tool: str
     last_seen: float | None
     warns: dict[str, int] = field(default_factory=dict)
-    last: str = ""  # how its last judged call went: "", "warn:<rule>" or "deny:<kind>"
+    last: tuple[Outcome, Kind] | None = None  # how its last judged call went, if warned or denied
     last_key: int | None = None  # the repeat rule: its last allowed call, and how many times in a row
     run: int = 0
     cycles: list[int] | None = None  # the cycle rule's runs, per period
@@ -305,24 +709,25 @@ class Guard:
     """
 
     def __init__(self, config: Config | None = None, on_remove: Callable[[str], Any] | None = None) -> None:
-        self._agents: OrderedDict[str, _Agent] = OrderedDict()  # least recently active first
-        self._tiers = _Tiers()  # the same agents, by eviction tier
-        self._retired: OrderedDict[str, _Ledger] = OrderedDict()  # ended or evicted agents' counts
-        self._retired_tiers = _Tiers()
-        self._interrupted: OrderedDict[str, _Interrupt] = OrderedDict()
-        self._limits: dict[str, dict[str, int]] = {}  # the operator's per-agent limits, oldest first
-        self._tools: dict[str, _Rules] = {}
-        # The repeated keys of every agent, by count (>= 2), kept as calls happen: the top keys are
-        # read from the highest buckets down instead of scanning every agent's window.
-        self._buckets: dict[int, dict[tuple[str, int], None]] = {}
-        self._top = 0  # no bucket above this holds anything
+        self._operator = _Operator()  # interrupts and per-agent limits
+        self._interrupted, self._limits = self._operator.interrupted, self._operator.limits
+        self._top_keys = _TopKeys()
+        self._roster = roster = _Roster(self._top_keys, self._limits, self._removed)
+        self._agents, self._tiers = roster.agents, roster.tiers
+        self._retired, self._retired_tiers = roster.retired, roster.retired_tiers
+        self._tools: dict[str, ToolRules] = {}
         self.on_remove = on_remove
+        self._newest: _Agent | None = None  # the agent of the last check: the most recently active, in both orders
         self.paused = False
         self.checks = 0
         self.denies: dict[str, int] = dict.fromkeys(DENY_KINDS, 0)
         self.warnings = 0  # calls allowed with a warning
-        self._anon = 0  # ids for remembered calls that came without one
+        self._anon = itertools.count(1)  # ids for remembered calls that came without one
         self.config = config if config is not None else Config()
+
+    def _removed(self, agent: str) -> None:
+        if self.on_remove is not None:
+            self.on_remove(agent)
 
     # -- configuration ------------------------------------------------------------------------
 
@@ -339,26 +744,20 @@ class Guard:
         self._only = frozenset(map(tool_class_name, config.only))
         self._tools.clear()
         self._overrides = {tool_class_name(tool): dict(o) for tool, o in config.tools}
-        self._cycle_limit = config.cycle_limit
         self._period = config.cycle_period
         self._no_cycles = [0] * (config.cycle_period + 1)
-        self._progress = config.progress or any(o.get("progress") for o in self._overrides.values())
-        # each rule warns only while it is on (its limit set)
-        self._cycle_warn = config.cycle_warn if config.cycle_limit else 0
-        self._cap_warn = min(config.cap_warn, config.max_calls_per_agent)
-        self._stall = config.stall_limit or any(o.get("stallLimit") for o in self._overrides.values())
-        tool_keys = ("duplicateWarn", "repeatWarn", "maxCallsWarn", "stallWarn")
-        warns = (config.duplicate_warn, config.repeat_warn, self._cycle_warn, self._cap_warn, config.stall_warn)
-        self._warns = any(warns) or any(o.get(k) for o in self._overrides.values() for k in tool_keys)
+        self._stall = bool(config.stall_limit) or any(o.get("stallLimit") for o in self._overrides.values())
+        self._tracking = self._stall or bool(config.cycle_limit)  # the stall or cycle rule counts every call
+        self._call = Facts()  # fresh: its tallies of rules now off stay 0
         self._reasons: dict[tuple[str, str, int, int, str], str] = {}
-        self._bound()
-        while len(self._interrupted) > config.max_agents:
-            self._interrupted.popitem(last=False)
+        self._roster.max_agents = self._operator.max_agents = config.max_agents
+        self._roster.bound()
+        self._operator.bound()
 
-    def _classify(self, tool: str) -> _Rules:
+    def _classify(self, tool: str) -> ToolRules:
         name = tool_class_name(tool)
         judged = name in self._only if self._only else name not in self._exempt
-        rules = _Rules(self._config, name, judged, self._overrides.get(name, {}))
+        rules = ToolRules(self._config, name, judged, self._overrides.get(name, {}))
         if len(self._tools) >= _TOOL_CACHE_MAX:
             self._tools.clear()
         self._tools[tool] = rules
@@ -379,6 +778,10 @@ class Guard:
     ) -> Verdict:
         """Decide one call of `tool` with `args` by `agent`; allowed calls are recorded.
 
+        In order: an operator interrupt denies; a disabled or paused guard, an exempt tool (or one outside
+        `only`) pass unjudged; then the cap, and once the call is keyed the steps of `ToolRules.denies`
+        (breaker/rules.py): the first that objects denies. An allowed call may carry a warning (`ToolRules.warns`).
+
         `now` (seconds, any clock) is only stored for displays ("age of the last call").
         `unjudgeable`: the harness could not serialize the args; the call is judged as args that
         cannot be keyed (allowed and counted, matching nothing). `call_id`: the harness's id for the
@@ -389,41 +792,28 @@ class Guard:
         if self._interrupted and agent in self._interrupted:
             return self._deny_interrupted(agent, tool, now)
         config = self._config
-        if not config.enabled or self.paused:
-            return _NOT_JUDGED
-        rules = self._tools.get(tool)
-        if rules is None:
-            rules = self._classify(tool)
-        if not rules.judged:
+        rules = self._tools.get(tool) or self._classify(tool)
+        if not (config.enabled and rules.judged) or self.paused:
             return _NOT_JUDGED
 
-        agents = self._agents
-        st = agents.get(agent)
+        st = self._agents.get(agent)
         if st is None:
-            st = self._admit(agent)
-        else:
-            agents.move_to_end(agent)
+            st = self._roster.admit(agent)
+        elif st is not self._newest:  # the agent of the last check is the most recent already
+            self._agents.move_to_end(agent)
             self._tiers.lru[st.tier].move_to_end(agent)
+        self._newest = st
         st.last_tool = tool
         st.last_seen = now
-
-        cap = config.max_calls_per_agent
         own = st.limits
+        cap = config.max_calls_per_agent
         if own is not None:
             cap = own.get("maxCallsPerAgent", cap)
-        if cap and st.calls >= cap:
-            return self._deny(st, agent, tool, "cap", st.calls, cap)
-        tool_calls = 0
-        if rules.tool_cap:
-            tool_calls = st.tool_calls.get(rules.name, 0) if st.tool_calls else 0
-            if tool_calls >= rules.tool_cap:
-                return self._deny(st, agent, tool, "cap", tool_calls, rules.tool_cap)
-
+        if (cap or rules.tool_cap) and (denied := self._capped(st, agent, tool, rules, cap)) is not None:
+            return denied
         ring = st.ring
-        window = config.window
-        if len(ring) > window:  # the window was made smaller since this agent's last call
-            while len(ring) > window:
-                self._evict(agent, st, ring.popleft())
+        while len(ring) > config.window:  # the window was made smaller since this agent's last call
+            st.evict(agent, ring.popleft(), self._top_keys)
 
         ignore = self._ignore
         if ignore and isinstance(args, dict) and not ignore.isdisjoint(args):
@@ -435,172 +825,92 @@ class Guard:
                 key = hash(_dumps((tool, args), option=_SORT))  # call_digest's fast path, inlined: the hot path
             except Exception:
                 key = call_digest(tool, args)
-        stalled = 0
-        if self._stall:  # a call of another tool ends the run of calls the stall rule counts
-            if tool != st.stall_tool:
-                st.stall_tool, st.stall_digest, st.stall_n = tool, None, 0
-            elif rules.stall_limit:
-                stalled = st.stall_n
-        cycle_len = cycle_p = 0
-        if self._cycle_limit:  # every call it tries moves the cycle rule on
-            recent = st.recent
-            if recent is not None and (key is None or key not in recent) and recent.maxlen == self._period:
-                # the common case, inline: a call it has not just made continues no cycle
-                if st.cycling:
-                    st.cycles[:] = self._no_cycles  # type: ignore[index]
-                    st.cycling = False
-                recent.append(key)
-            else:
-                cycle_len, cycle_p = self._cycle(st, key)
+        c = self._call
+        tracking = self._tracking
+        if tracking:  # sets c.stalled, c.cycle_len, c.cycle_p (else they stay 0)
+            st.track(c, rules, tool, key, self._stall, self._period, self._no_cycles)
         limit = rules.dup_limit if own is None else own.get("duplicateLimit", rules.dup_limit)
-        if key is None:
-            n = seen = 0
-        else:
-            counts = st.counts
-            n = seen = counts.get(key, 0)
-            if st.before and rules.progress:  # only the identical calls since its result last changed count
-                seen = n - st.before.get(key, 0)
-            if seen >= limit:
-                verdict = self._deny(st, agent, tool, "duplicate", seen, limit)
-                verdict.key = key
-                return verdict
-        # the repeat rule: the same call back to back
+        slot = None if key is None else st.index.get(key)
+        n = seen = 0 if slot is None else st.tally[slot]
+        if n and st.before and rules.progress:  # only the identical calls since its result last changed count
+            seen = n - st.before.get(key, 0)  # type: ignore[arg-type]
         in_row = st.run if key is not None and key == st.last_key else 0
-        if rules.rep_limit and in_row >= rules.rep_limit:
-            verdict = self._deny(st, agent, tool, "repeat", in_row, rules.rep_limit)
-            verdict.key = key
-            return verdict
-        # the cycle rule: A-B-A-B… (periods 2 … cyclePeriod), over the calls it tried (denied ones too)
-        if self._cycle_limit and cycle_p:
-            if cycle_len > self._cycle_limit * cycle_p:
-                verdict = self._deny(st, agent, tool, "cycle", self._cycle_limit + 1, self._cycle_limit)
-                verdict.key = key
-                return verdict
-        # the stall rule: this tool's last calls in a row all got the same result, whatever their args
-        if stalled and stalled >= rules.stall_limit:
-            verdict = self._deny(st, agent, tool, "stall", stalled, rules.stall_limit)
-            verdict.key = key
-            return verdict
+        # No step objects below its warning's threshold (a deny's is at or above it): a call below every one of
+        # them, the common case, skips the steps, and so does a call no cap warning is on for.
+        near = in_row >= rules.rep_near or (seen >= limit - rules.dup_warn and key is not None)
+        near = near or bool(tracking and (c.cycle_p or c.stalled))
+        if near and (denied := self._denied(c.set(rules, key, seen, limit, in_row, cap), st, agent, tool)) is not None:
+            return denied
 
-        if key is not None:
-            counts[key] = n + 1
-            if n:  # a repeat: it moves up one bucket of the top keys
-                buckets = self._buckets
-                pair = (agent, key)
-                if n == 1:
-                    st.previews[key] = (tool, preview(tool, args) if judged is None else judged.preview)
-                else:
-                    del buckets[n][pair]
-                bucket = buckets.get(n + 1)
-                if bucket is None:
-                    bucket = buckets[n + 1] = {}
-                bucket[pair] = None
-                if n + 1 > self._top:
-                    self._top = n + 1
+        # Allowed: the call takes its place in the window and the tallies (inline: the hot path).
+        if slot is not None:  # a repeat
+            st.repeated(agent, tool, args, judged, key, slot, n, self._top_keys)  # type: ignore[arg-type]
+        elif key is not None:  # a key new to the window: a slot of its own
+            if st.free:
+                slot = st.free.pop()
+                st.tally[slot] = 1
+            else:
+                slot = len(st.tally)
+                st.tally.append(1)
+            st.index[key] = slot
         ring.append(key)
         st.calls += 1
-        if not st.tier and st.calls >= _NEW_CALLS:
-            self._tiers.move(agent, 0, 1)
-            st.tier = 1
         st.run = in_row + 1
         st.last_key = key
+        st.last = None
+        if not st.tier and st.calls >= _NEW_CALLS:
+            self._roster.promote(agent, st)
         if rules.tool_cap or rules.tool_warn:
-            if st.tool_calls is None:
-                st.tool_calls = {}
-            tool_calls = st.tool_calls[rules.name] = st.tool_calls.get(rules.name, 0) + 1
-        if len(ring) > window:
-            old = ring.popleft()
-            if old is not None:
-                m = st.counts[old]
-                if m == 1:
-                    del st.counts[old]
-                    if st.results:
-                        st.results.pop(old, None)
-                        if st.before:
-                            st.before.pop(old, None)
-                else:
-                    self._evict(agent, st, old)
-        verdict = Verdict(True, None, "", seen + 1, limit, False, True, key)
-        # A warning, if a rule is near its limit: the rule whose deny comes first.
-        # A warning on the last calls a rule allows (each rule's *Warn of them): the rule whose deny
-        # comes first speaks.
-        if st.last:
-            st.last = ""
-        if not self._warns:
-            pass
-        elif rules.rep_warn and in_row >= rules.rep_limit - rules.rep_warn and key is not None:
-            self._warn(verdict, st, agent, tool, "repeat", in_row + 1, rules.rep_limit)
-        elif cycle_p and self._cycle_warn and cycle_len > self._cycle_limit * cycle_p - self._cycle_warn:
-            self._warn(verdict, st, agent, tool, "cycle", -(-cycle_len // cycle_p), self._cycle_limit)
-        elif rules.dup_warn and seen >= limit - rules.dup_warn and key is not None:
-            self._warn(verdict, st, agent, tool, "duplicate", seen + 1, limit)
-        elif stalled and rules.stall_warn and stalled >= rules.stall_limit - rules.stall_warn:
-            self._warn(verdict, st, agent, tool, "stall", stalled + 1, rules.stall_limit)
-        elif rules.tool_warn and tool_calls > rules.tool_cap - rules.tool_warn:
-            self._warn(verdict, st, agent, tool, "cap", tool_calls, rules.tool_cap, "tool cap")
-        elif self._cap_warn and st.calls > cap - self._cap_warn:
-            self._warn(verdict, st, agent, tool, "cap", st.calls, cap)
-        if (call_id is not None and (rules.progress or self._stall)) or verdict.warning:
-            # remembered until its result comes (the last _PENDING_MAX such calls): the result finds
-            # the call by its id, and a harness that can show text only with the result gets the warning
-            pending = st.pending
-            if pending is None:
-                pending = st.pending = OrderedDict()
-            cid: Any = call_id
-            if cid is None:
-                self._anon += 1
-                cid = (None, self._anon)
-            pending[cid] = (key, verdict.warning, rules.progress, tool)
-            if len(pending) > _PENDING_MAX:
-                pending.popitem(last=False)
-        return verdict
+            st.count_tool(rules.name)
+        if len(ring) > config.window and (old := ring.popleft()) is not None:
+            old_slot = st.index[old]
+            if st.tally[old_slot] == 1 and st.results is None and not st.before:
+                del st.index[old]  # a key seen once leaves: _Agent.leave, inline
+                st.tally[old_slot] = 0
+                st.free.append(old_slot)
+            else:
+                st.evict(agent, old, self._top_keys)
+        if not near and (rules.cap_warn or rules.tool_warn):  # a cap warning may still speak: the warning steps
+            c.set(rules, key, seen, limit, in_row, cap)  # run too, on what they read
+            near = True
+        if near and (warned := self._warned(c, st, agent, tool, call_id)) is not None:
+            return warned
+        if call_id is not None and (rules.progress or self._stall):
+            st.remember(call_id, Pending(key, "", rules.progress, tool), self._anon)
+        return _new_verdict(Verdict, (True, None, "", seen + 1, limit, False, True, key, "", None))
 
-    def _cycle(self, st: _Agent, key: int | None) -> tuple[int, int]:
-        """Move the cycle rule on by one tried call: returns the longest cycle this call continues,
-        as (how many calls in a row follow it including this one, its period), or (0, 0).
+    def _capped(self, st: _Agent, agent: str, tool: str, rules: ToolRules, cap: int) -> Verdict | None:
+        """The cap's step, judged before the call is keyed: its deny, or None."""
+        c = self._call
+        c.rules, c.cap, c.calls = rules, cap, st.calls
+        c.tool_calls = st.tool_calls.get(rules.name, 0) if st.tool_calls else 0
+        hit = steps.cap(c)
+        return None if hit is None else self._deny(st, agent, tool, hit, None)
 
-        `st.recent` holds the last cyclePeriod calls tried; `st.cycles[p]` how many calls in a row
-        repeated the call p before them. A block of one call repeated (A-A-A) is the repeat rule's,
-        not a cycle of any period."""
-        top = self._period
-        recent = st.recent
-        if recent is None or recent.maxlen != top:
-            recent = st.recent = deque(recent or (), maxlen=top)
-        cycles = st.cycles
-        if cycles is None or len(cycles) != top + 1:
-            cycles = st.cycles = [0] * (top + 1)
-        best_len = best_p = 0
-        st.cycling = False
-        if key is None or key not in recent:
-            cycles[:] = self._no_cycles
-        else:
-            size = len(recent)
-            same = 0  # how many of the last calls are this one
-            while same < size and recent[-1 - same] == key:
-                same += 1
-            for p in range(2, top + 1):
-                if p <= size and recent[-p] == key:
-                    run = cycles[p] = cycles[p] + 1
-                    st.cycling = True
-                    # the cycle with the most rounds (length / period; the shorter period on a tie)
-                    if same < p - 1 and (not best_p or (run + p) * best_p > best_len * p):
-                        best_len, best_p = run + p, p
-                else:
-                    cycles[p] = 0
-        recent.append(key)
-        return best_len, best_p
+    def _denied(self, c: Facts, st: _Agent, agent: str, tool: str) -> Verdict | None:
+        """The steps of `ToolRules.denies`, in order: the first that objects denies the call (None: none does)."""
+        for judge in c.rules.denies:
+            hit = judge(c)
+            if hit is not None:
+                return self._deny(st, agent, tool, hit, c.key)
+        return None
 
-    def _warn(
-        self, verdict: Verdict, st: _Agent, agent: str, tool: str, rule: str, count: int, limit: int, how: str = ""
-    ) -> None:
-        values = {"tool": tool, "count": str(count), "limit": str(limit), "kind": rule, "agent": agent}
-        values.update(rule=rule, how=_HOW[how or rule])
-        verdict.warning = _PLACEHOLDER.sub(lambda m: values[m.group(1)], self._config.warn_message)
-        verdict.rule = rule
-        verdict.count, verdict.limit = count, limit
-        st.warns[rule] = st.warns.get(rule, 0) + 1
-        st.last = "warn:" + rule
-        self.warnings += 1
+    def _warned(self, c: Facts, st: _Agent, agent: str, tool: str, call_id: str | int | None) -> Verdict | None:
+        """An allowed call near a limit: the first rule of `ToolRules.warns` that warns (None: none does)."""
+        c.calls = st.calls
+        c.tool_calls = st.tool_calls.get(c.rules.name, 0) if st.tool_calls else 0
+        for warn in c.rules.warns:
+            hit = warn(c)
+            if hit is not None:
+                rule = hit.rule
+                st.warns[rule] = st.warns.get(rule, 0) + 1
+                st.last = _WARNED[rule]
+                self.warnings += 1
+                warning = fill(self._config.warn_message, tool, hit.tally, hit.limit, rule, agent, hit.how)
+                # remembered whatever its rules: a harness may show the warning with the result
+                st.remember(call_id, Pending(c.key, warning, c.rules.progress, tool), self._anon)
+                return Verdict(True, None, "", hit.tally, hit.limit, False, True, c.key, warning, rule)
+        return None
 
     def result(
         self,
@@ -620,138 +930,70 @@ class Guard:
         Returns (found, warning): whether the call was found, and the warning its check gave ("" if
         none), for harnesses that can only show the model a warning with the result."""
         st = self._agents.get(agent)
-        if st is None:
+        if st is None or (call_id is None and tool is None):
             return False, ""
         pending = st.pending
-        found: tuple[int | None, str, bool, str] | None = None
+        found: Pending | None = None
         if call_id is not None:
             if pending and call_id in pending:
                 found = pending.pop(call_id)
-            key = found[0] if found is not None else None
-            progress = found is not None and found[2]
-        elif tool is not None:
-            rules = self._tools.get(tool) or self._classify(tool)
-            progress = rules.progress
-            key = judged.key if judged is not None else call_digest(tool, args, self._ignore)
+            key = found.key if found is not None else None
+            progress = found is not None and found.progress
+        else:
+            progress = (self._tools.get(tool) or self._classify(tool)).progress  # type: ignore[arg-type]
+            key = judged.key if judged is not None else call_digest(tool, args, self._ignore)  # type: ignore[arg-type]
             if pending and key is not None:
                 for cid in reversed(pending):
-                    if pending[cid][0] == key:
+                    if pending[cid].key == key:
                         found = pending.pop(cid)
                         break
-        else:
-            return False, ""
-        warning = found[1] if found is not None else ""
-        called = found[3] if found is not None else tool
+        warning = found.warning if found is not None else ""
+        called = found.tool if found is not None else tool
         stall = called is not None and called == st.stall_tool
         if stall:  # the stall rule: one more call of this tool in a row with this result?
             if digest == st.stall_digest:
                 st.stall_n += 1
             else:
                 st.stall_digest, st.stall_n = digest, 1
-        if key is None or key not in st.counts:  # args it could not judge, or a call gone from the window
+        slot = None if key is None else st.index.get(key)
+        if slot is None:  # args it could not judge, or a call gone from the window
             return found is not None or stall, warning
         if progress:
-            results = st.results if st.results is not None else {}
-            st.results = results
-            previous = results.get(key)
-            results[key] = seen = hash(digest)  # a hash is all a comparison needs, in half the memory
-            if previous is not None and previous != seen:
-                # it made progress: it and the identical calls before it count no more
-                before = st.before if st.before is not None else {}
-                st.before = before
-                before[key] = st.counts[key]
-                if st.last_key == key:
-                    st.run = 0
-                st.cycles = None  # a cycle through a call whose result changed is making progress
-                st.cycling = False
+            st.progressed(key, slot, digest)  # type: ignore[arg-type]
         return True, warning
 
-    def _evict(self, agent: str, st: _Agent, old: int | None) -> None:
-        """A key leaves the window: one fewer occurrence (and one bucket down in the top keys)."""
-        if old is None:
-            return
-        n = st.counts[old] - 1
-        if not n:
-            del st.counts[old]
-            if st.results:
-                st.results.pop(old, None)
-                if st.before:
-                    st.before.pop(old, None)
-            return
-        st.counts[old] = n
-        before = st.before
-        if before and old in before:  # the oldest occurrences go first: those from before a change
-            if before[old] > 1:
-                before[old] -= 1
-            else:
-                del before[old]
-        pair = (agent, old)
-        buckets = self._buckets
-        del buckets[n + 1][pair]
-        if n == 1:
-            del st.previews[old]
-        else:
-            bucket = buckets.get(n)
-            if bucket is None:
-                bucket = buckets[n] = {}
-            bucket[pair] = None
-
-    def _deny(self, st: _Agent, agent: str, tool: str, kind: str, count: int, limit: int) -> Verdict:
+    def _deny(self, st: _Agent, agent: str, tool: str, hit: Hit, key: int | None) -> Verdict:
+        kind = hit.rule
         if st.tier != 2:
             self._tiers.move(agent, st.tier, 2)
             st.tier = 2
         before = st.denies.get(kind, 0)
         st.denies[kind] = before + 1
-        st.last = "deny:" + kind
+        st.last = _DENIED[kind]
         self.denies[kind] += 1
+        count, limit = hit.tally, hit.limit
         cache_key = (kind, tool, count, limit, agent)
         reason = self._reasons.get(cache_key)
         if reason is None:  # a looping agent gets the same text every time: fill it once
             if len(self._reasons) >= _REASON_CACHE_MAX:
                 self._reasons.clear()
-            reason = self._reasons[cache_key] = self._fill(self._config.deny_message, tool, count, limit, kind, agent)
-        return Verdict(False, kind, reason, count, limit, before == 0, False, rule=kind)
+            reason = self._reasons[cache_key] = fill(self._config.deny_message, tool, count, limit, kind, agent)
+        return _new_verdict(Verdict, (False, kind, reason, count, limit, before == 0, False, key, "", kind))
 
     def _deny_interrupted(self, agent: str, tool: str, now: float | None) -> Verdict:
-        entry = self._interrupted[agent]
-        self._interrupted.move_to_end(agent)
-        first = entry.denies == 0
-        entry.denies += 1
+        entry = self._operator.denied(agent)
         self.denies["interrupted"] += 1
         st = self._agents.get(agent)
-        calls = 0
-        if st is not None:
-            self._agents.move_to_end(agent)
-            if st.tier != 2:
-                self._tiers.move(agent, st.tier, 2)
-                st.tier = 2
-            else:
-                self._tiers.lru[2].move_to_end(agent)
-            st.denies["interrupted"] = st.denies.get("interrupted", 0) + 1
-            st.last_tool = tool
-            st.last_seen = now
-            calls = st.calls
+        calls = 0 if st is None else self._roster.interrupted_call(agent, st, tool, now)
+        self._newest = None
         text = INTERRUPTED_TEXT + (f" Reason: {entry.reason}" if entry.reason else "")
-        return Verdict(False, "interrupted", text, calls, 0, first, False, rule="interrupted")
-
-    @staticmethod
-    def _fill(message: str, tool: str, count: int, limit: int, kind: str, agent: str) -> str:
-        # One pass, so a tool name like "{count}" is never substituted into.
-        values = {"tool": tool, "count": str(count), "limit": str(limit), "kind": kind, "agent": agent}
-        values.update(rule=kind, how=_HOW.get(kind, "calls"))
-        return _PLACEHOLDER.sub(lambda m: values[m.group(1)], message)
+        return Verdict(False, "interrupted", text, calls, 0, entry.denies == 1, False, rule="interrupted")
 
     # -- operator actions ---------------------------------------------------------------------
 
     def interrupt(self, agent: str, reason: str = "") -> None:
         """Deny every later call of `agent` (kind "interrupted") until `uninterrupt`."""
-        entry = self._interrupted.get(agent)
-        if entry is not None:
-            entry.reason = reason
-            return
-        self._interrupted[agent] = _Interrupt(reason)
-        while len(self._interrupted) > self._config.max_agents:
-            self._interrupted.popitem(last=False)
+        self._operator.interrupt(agent, reason)
 
     def uninterrupt(self, agent: str) -> bool:
         """Lift an operator interrupt; True if the agent was interrupted."""
@@ -764,17 +1006,8 @@ class Guard:
         """Clear an agent's window, call count, denies and override (not an interrupt); True if it was tracked.
         An operator's action: its counts start again, as a new agent's."""
         self._limits.pop(agent, None)
-        led = self._retired.pop(agent, None)
-        if led is not None:
-            self._retired_tiers.remove(agent, led.tier)
-        st = self._agents.get(agent)
-        if st is None:
-            return led is not None
-        self._unbucket(agent, st)
-        self._tiers.move(agent, st.tier, 0)
-        self._agents[agent] = _Agent()
-        self._agents.move_to_end(agent)  # the operator just acted on it: as recent in both orders
-        return True
+        self._newest = None
+        return self._roster.reset(agent)
 
     def override(self, agent: str, limits: dict[str, int | None]) -> dict[str, int] | None:
         """Give `agent` limits of its own (AGENT_LIMITS keys; a value None takes that one off): its cap, and
@@ -784,18 +1017,7 @@ class Guard:
         (the protocol does)."""
         if agent not in self._agents and agent not in self._retired and agent not in self._interrupted:
             return None
-        own: dict[str, int] = self._limits.pop(agent, {})
-        for key, value in limits.items():
-            if key not in AGENT_LIMITS:
-                raise ValueError(f"{key!r} is not a limit an agent may have of its own")
-            if value is None:
-                own.pop(key, None)
-            else:
-                own[key] = value
-        if own:
-            self._limits[agent] = own  # the most recent last: past maxAgents, the oldest goes
-            while len(self._limits) > self._config.max_agents:
-                self._limits.pop(next(iter(self._limits)))
+        own = self._operator.override(agent, limits)
         st = self._agents.get(agent)
         if st is not None:
             st.limits = own or None
@@ -808,10 +1030,7 @@ class Guard:
     def restore_override(self, agent: str, limits: dict[str, int]) -> None:
         if not limits:
             return
-        self._limits.pop(agent, None)
-        self._limits[agent] = dict(limits)
-        while len(self._limits) > self._config.max_agents:
-            self._limits.pop(next(iter(self._limits)))
+        self._operator.set_limits(agent, dict(limits))
         st = self._agents.get(agent)
         if st is not None:
             st.limits = self._limits.get(agent)
@@ -822,7 +1041,7 @@ class Guard:
         operator interrupt and override outlive it too. True if the agent was tracked."""
         if agent not in self._agents:
             return False
-        self._retire(agent)
+        self._roster.retire(agent)
         return True
 
     def pause(self) -> None:
@@ -832,152 +1051,30 @@ class Guard:
     def resume(self) -> None:
         self.paused = False
 
-    def _admit(self, agent: str) -> _Agent:
-        """A new (or returning) agent's state: its ledger's counts if it had one; past maxAgents one goes."""
-        led = self._retired.pop(agent, None) if self._retired else None
-        if led is None:
-            st = _Agent()
-        else:
-            self._retired_tiers.remove(agent, led.tier)
-            st = led.revive()
-        if self._limits:
-            st.limits = self._limits.get(agent)
-        if len(self._agents) >= self._config.max_agents:  # room first: the newcomer itself is never the one to go
-            self._retire(self._tiers.victim())
-        self._agents[agent] = st
-        self._tiers.add(agent, st.tier)
-        return st
-
-    def _bound(self) -> None:
-        """Keep the agents and the ledgers within maxAgents (after a config change or a restore)."""
-        while len(self._agents) > self._config.max_agents:
-            self._retire(self._tiers.victim())
-        while len(self._retired) > self._config.max_agents:
-            self._forget(self._retired_tiers.victim())
-
-    def _retire(self, agent: str) -> None:
-        """Let an agent's window go; keep its counts in the ledger (the least valuable ledger goes past maxAgents)."""
-        st = self._agents.pop(agent)
-        self._tiers.remove(agent, st.tier)
-        self._unbucket(agent, st)
-        self._retired[agent] = _Ledger(st)
-        self._retired_tiers.add(agent, st.tier)
-        if self.on_remove is not None:
-            self.on_remove(agent)
-        if len(self._retired) > self._config.max_agents:
-            self._forget(self._retired_tiers.victim())
-
-    def _forget(self, agent: str) -> None:
-        led = self._retired.pop(agent)
-        self._retired_tiers.remove(agent, led.tier)
-        if self.on_remove is not None:
-            self.on_remove(agent)
-
-    def _unbucket(self, agent: str, st: _Agent) -> None:
-        buckets = self._buckets
-        for key in st.previews:
-            del buckets[st.counts[key]][(agent, key)]
-
     # -- state in and out (the state store) ----------------------------------------------------
 
     def export_agent(self, agent: str) -> AgentState | None:
         """A copy of one agent's state (None if it is not tracked)."""
         st = self._agents.get(agent)
-        if st is None:
-            led = self._retired.get(agent)
-            if led is None:
-                return None
-            return AgentState(
-                agent,
-                led.calls,
-                dict(led.denies),
-                [],
-                {},
-                led.last_tool,
-                led.last_seen,
-                dict(led.warns),
-                tool_calls=dict(led.tool_calls) if led.tool_calls is not None else None,
-                limits=dict(self._limits[agent]) if agent in self._limits else None,
-                retired=True,
-            )
-        return AgentState(
-            agent,
-            st.calls,
-            dict(st.denies),
-            list(st.ring),
-            dict(st.previews),
-            st.last_tool,
-            st.last_seen,
-            dict(st.warns),
-            st.last,
-            st.last_key,
-            st.run,
-            list(st.cycles) if st.cycles is not None else None,
-            list(st.recent) if st.recent is not None else None,
-            dict(st.before) if st.before is not None else None,
-            dict(st.results) if st.results is not None else None,
-            dict(st.tool_calls) if st.tool_calls is not None else None,
-            (st.stall_tool, st.stall_digest, st.stall_n) if st.stall_tool is not None else None,
-            dict(st.limits) if st.limits else None,
-        )
+        if st is not None:
+            return st.export(agent)
+        led = self._retired.get(agent)
+        return None if led is None else led.export(agent, self._limits.get(agent))
 
     def restore_agent(self, state: AgentState, *, windows: bool = True) -> None:
         """Put an agent back as exported, as the most recently active. `windows=False` keeps its
         tallies but not its window (digests from another process's hash key match nothing)."""
-        agent = state.agent
-        if agent in self._agents:
-            self._retire(agent)
-        if agent in self._retired:
-            self._forget(agent)
-        st = _Agent()
-        st.calls = state.calls
-        st.denies = dict(state.denies)
-        st.last_tool = state.last_tool
-        st.last_seen = state.last_seen
-        st.warns = dict(state.warns)
-        st.tier = 2 if st.denies else 1 if st.calls >= _NEW_CALLS else 0
-        st.last = state.last
-        st.tool_calls = dict(state.tool_calls) if state.tool_calls else None
-        if state.stall is not None:
-            st.stall_tool, st.stall_digest, st.stall_n = state.stall
         if state.limits:  # a state file from before overrides were kept apart
-            self.restore_override(agent, state.limits)
-        if state.retired:
-            self._retired[agent] = _Ledger(st)
-            self._retired_tiers.add(agent, st.tier)
-            self._bound()
-            return
-        st.limits = self._limits.get(agent)
-        if windows:  # what follows is keyed by digests
-            st.last_key, st.run = state.last_key, state.run
-            st.cycles = list(state.cycles) if state.cycles is not None else None
-            st.cycling = any(st.cycles or ())
-            st.recent = deque(state.recent, maxlen=self._period) if state.recent is not None else None
-            st.before = dict(state.before) if state.before is not None else None
-            st.results = dict(state.results) if state.results is not None else None
-            st.ring = deque(state.ring)
-            counts = st.counts
-            for key in state.ring:
-                if key is not None:
-                    counts[key] = counts.get(key, 0) + 1
-            for key, n in counts.items():
-                if n >= 2:
-                    st.previews[key] = state.previews.get(key, ("", ""))
-                    self._buckets.setdefault(n, {})[(agent, key)] = None
-                    self._top = max(self._top, n)
-        self._agents[agent] = st
-        self._tiers.add(agent, st.tier)
-        self._bound()
+            self.restore_override(state.agent, state.limits)
+        self._newest = None
+        self._roster.restore(state, self._period if windows else 0)
 
     def interrupts(self) -> list[tuple[str, str, int]]:
         """Every operator interrupt: (agent, reason, denies so far), oldest first."""
         return [(agent, e.reason, e.denies) for agent, e in self._interrupted.items()]
 
     def restore_interrupt(self, agent: str, reason: str, denies: int) -> None:
-        self._interrupted[agent] = _Interrupt(reason, denies)
-        self._interrupted.move_to_end(agent)
-        while len(self._interrupted) > self._config.max_agents:
-            self._interrupted.popitem(last=False)
+        self._operator.restore_interrupt(agent, reason, denies)
 
     # -- read-only views ----------------------------------------------------------------------
 
@@ -1008,10 +1105,10 @@ class Guard:
 
     def _view(self, agent: str, st: _Agent) -> AgentRow:
         config = self._config
-        worst_count, worst_tool, worst_preview = (1 if st.counts else 0), "", ""
+        worst_count, worst_tool, worst_preview = (1 if st.index else 0), "", ""
         if st.previews:
-            key = max(st.previews, key=st.counts.__getitem__)
-            worst_count = st.counts[key]
+            key = max(st.previews, key=st.count)
+            worst_count = st.count(key)
             worst_tool, worst_preview = st.previews[key]
         elif st.ring:
             worst_tool = st.last_tool
@@ -1020,17 +1117,17 @@ class Guard:
         own = st.limits
         if own is not None:
             cap, limit = own.get("maxCallsPerAgent", cap), own.get("duplicateLimit", limit)
-        last = st.last
+        outcome, last = st.last or ("allow", "")
         if interrupt is not None:
             status = rule = "interrupted"
         elif cap and st.calls >= cap:
             status = rule = "cap"
-        elif last.startswith("deny:"):
-            status = rule = last[5:]
+        elif outcome == "deny":
+            status = rule = last
         elif worst_count >= limit:
             status = rule = "duplicate"
-        elif last:
-            status, rule = "warned", last[5:]
+        elif outcome == "warn":
+            status, rule = "warned", last
         else:
             status, rule = "ok", ""
         return AgentRow(
@@ -1059,11 +1156,9 @@ class Guard:
         st = self._agents.get(agent)
         if st is None:
             return [], 0
-        counts, previews = st.counts, st.previews
-        keys = sorted(previews, key=counts.__getitem__, reverse=True)[:top]
-        return [KeyRow(agent=agent, tool=previews[k][0], preview=previews[k][1], count=counts[k]) for k in keys], len(
-            counts
-        )
+        count, previews = st.count, st.previews
+        rows = [KeyRow(agent=agent, tool=previews[k][0], preview=previews[k][1], count=count(k)) for k in previews]
+        return sorted(rows, key=lambda row: row.count, reverse=True)[:top], len(st.index)
 
     def interrupted_agents(self) -> list[str]:
         """Agents under an operator interrupt (tracked or not), least recently active first."""
@@ -1080,22 +1175,13 @@ class Guard:
         Read from the count buckets kept as calls happen: the cost is the number of keys returned
         plus the empty buckets skipped, never the number of agents."""
         out: list[KeyRow] = []
-        buckets = self._buckets
-        n = self._top
-        while n >= 2 and len(out) < top:
-            bucket = buckets.get(n)
-            if not bucket:
-                if n == self._top:
-                    buckets.pop(n, None)
-                    self._top = n - 1  # nothing this high any more
-                n -= 1
-                continue
-            for agent, key in bucket:
-                tool, text = self._agents[agent].previews[key]
-                out.append(KeyRow(agent=agent, tool=tool, preview=text, count=n))
-                if len(out) >= top:
-                    break
-            n -= 1
+        if top <= 0:
+            return out
+        for agent, key, n in self._top_keys.read(top):
+            tool, text = self._agents[agent].previews[key]
+            out.append(KeyRow(agent=agent, tool=tool, preview=text, count=n))
+            if len(out) >= top:
+                break
         return out
 
     def snapshot(self, top: int = 10, agents: Iterable[str] | None = None) -> GuardView:

@@ -248,7 +248,7 @@ def replay(
         warned = None
         if not v.allowed:
             tally.denied += 1
-            kind = v.kind or "deny"
+            kind: str = v.kind or "deny"
             tally.kinds[kind] = tally.kinds.get(kind, 0) + 1
             if tally.first is None:
                 tally.first = (n, t, kind, v.count, v.limit, tool, args)

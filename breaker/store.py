@@ -39,7 +39,7 @@ from typing import Any, cast
 
 import orjson
 
-from breaker.engine import AgentState
+from breaker.engine import AgentState, Kind, Outcome
 from breaker.worker import QueueWorker
 
 __all__ = [
@@ -148,8 +148,8 @@ def encode_agent(agent: str, state: AgentState | None, harness: str, parent: str
     # the rules beyond the seed's, only when they hold something (a seed guard writes what it always did)
     if state.warns:
         body["warns"] = state.warns
-    if state.last:
-        body["last"] = state.last
+    if state.last is not None:
+        body["last"] = "{}:{}".format(*state.last)  # on disk as it always was: "warn:<rule>" or "deny:<kind>"
     if state.last_key is not None:
         body["last_key"], body["run"] = state.last_key, state.run
     if state.cycles:
@@ -224,7 +224,7 @@ def _decode_agent(agent: str, body: memoryview) -> AgentRecord:
         last_tool=str(obj.get("last_tool") or ""),
         last_seen=float(seen) if isinstance(seen, (int, float)) else None,
         warns={str(k): int(v) for k, v in (obj.get("warns") or {}).items()},
-        last=str(obj.get("last") or ""),
+        last=_last(obj.get("last")),
         last_key=int(obj["last_key"]) if obj.get("last_key") is not None else None,
         run=int(obj.get("run") or 0),
         cycles=[int(n) for n in obj["cycles"]] if obj.get("cycles") else None,
@@ -238,6 +238,14 @@ def _decode_agent(agent: str, body: memoryview) -> AgentRecord:
     )
     parent = obj.get("parent")
     return AgentRecord(state, str(obj.get("harness") or ""), parent if isinstance(parent, str) else None)
+
+
+def _last(value: Any) -> tuple[Outcome, Kind] | None:
+    """An agent's last outcome from its text on disk ("warn:<rule>", "deny:<kind>"; none: "" or absent)."""
+    if not value:
+        return None
+    outcome, _, rule = str(value).partition(":")
+    return cast(Outcome, outcome), cast(Kind, rule)
 
 
 def _stall(value: Any) -> tuple[str, str | None, int] | None:

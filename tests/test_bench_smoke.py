@@ -28,7 +28,9 @@ PROMISES = {
     ],
     "bench_engine.py": [
         r"median\s+[\d.]+ us\s+p99\s+[\d.]+ us\s+baseline\s+[\d.]+ us\s+ratio\s+[\d.]+x",
-        r"bytes per remembered call",
+        r"typical 3-key search \(allowed\)\s+median.*\(target <= 5x: (target met|NOT met)\)",
+        r"1,000 agents interleaved \(allowed\)\s+median.*\(target <= 8x: (target met|NOT met)\)",
+        r"memory \[recommended\]:.* bytes per remembered call .*\(target <= 120: (target met|NOT met)\)",
     ],
     "bench_reload.py": [r"median\s+[\d.]+ ms\s+p99\s+[\d.]+ ms\s+ratio\s+[\d.]+x"],
     "bench_protocol.py": [

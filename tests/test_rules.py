@@ -327,6 +327,30 @@ def test_a_restore_without_windows_keeps_the_tallies_and_per_tool_calls_but_no_d
     assert restored.last_key is None and restored.before is None and restored.ring == []
 
 
+@pytest.mark.parametrize(
+    ("commands", "text", "status"), [("lll", "deny:repeat", "repeat"), ("ll", "warn:repeat", "warned")]
+)
+def test_an_agents_last_outcome_is_a_pair_in_memory_and_its_old_text_in_the_state_file(commands, text, status):
+    import orjson
+
+    from breaker import store
+
+    config = Config.with_preset("recommended")
+    g = Guard(config)
+    calls(g, commands)
+    state = g.export_agent("a")
+    assert state is not None and state.last == tuple(text.split(":"))
+    [(_at, _kind, _ident, raw, _end)] = list(store._records(store.encode_agent("a", state, "dsh", None)))
+    body = orjson.loads(raw)
+    assert body["last"] == text  # what a state file from before the pair held, and holds still
+    restored = store._decode_agent("a", memoryview(orjson.dumps(body))).state
+    assert restored == state
+    h = Guard(config)
+    h.restore_agent(restored)
+    view = h.agent_view("a")
+    assert view is not None and (view.status, view.rule) == (status, "repeat")
+
+
 def test_memory_per_agent_stays_bounded_whatever_the_calls_and_results():
     g = Guard(Config.from_mapping({"preset": "recommended", "window": 20}))
     for i in range(2000):

@@ -1,0 +1,324 @@
+"""The rules a call is judged by: each rule a small step, their order in one place (DENY_ORDER, WARN_ORDER).
+
+Pure: the steps read one check's working values (`Facts`) and return a `Hit` or None; the engine
+(breaker/engine.py) keeps the agents' state, runs the steps and turns a hit into a `Verdict`.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from collections.abc import Callable
+from typing import Any, Literal, NamedTuple, get_args
+
+from breaker.config import Config
+
+__all__ = [
+    "DENY_KINDS",
+    "DENY_ORDER",
+    "RULES",
+    "WARN_ORDER",
+    "Facts",
+    "Hit",
+    "Kind",
+    "Outcome",
+    "Rule",
+    "ToolRules",
+    "Verdict",
+    "fill",
+]
+
+Rule = Literal["duplicate", "repeat", "cycle", "stall", "cap"]
+"""A rule: what denies a call, or warns the model before it would."""
+Kind = Literal[Rule, "interrupted"]
+"""Why a call was denied: a rule, or the operator's interrupt."""
+Outcome = Literal["allow", "pass", "warn", "deny"]
+"""How a check went: judged and allowed; allowed without being judged; allowed with a warning; denied."""
+
+RULES: tuple[Rule, ...] = get_args(Rule)
+DENY_KINDS: tuple[Kind, ...] = get_args(Kind)
+
+_PLACEHOLDER = re.compile(r"\{(tool|count|limit|kind|agent|rule|how)\}")
+# {how}: what a rule's count counts, as the messages say it
+_HOW = {
+    "duplicate": "identical calls among its recent ones",
+    "repeat": "identical calls in a row",
+    "cycle": "rounds of the same cycle of calls",
+    "cap": "tool calls in all",
+    "tool cap": "calls of this tool",
+    "stall": "calls of this tool in a row getting the same result",
+}
+
+
+def fill(message: str, tool: str, count: int, limit: int, kind: str, agent: str, how: str = "") -> str:
+    """`message` with its placeholders filled in one pass, so a tool named "{count}" is never substituted into."""
+    values = {"tool": tool, "count": str(count), "limit": str(limit), "kind": kind, "agent": agent}
+    values.update(rule=kind, how=_HOW.get(how or kind, "calls"))
+    return _PLACEHOLDER.sub(lambda m: values[m.group(1)], message)
+
+
+class Verdict(NamedTuple):
+    """The answer for one call.
+
+    allowed: the call may run. kind: None, or why it was denied: a rule ("duplicate", "repeat",
+    "cycle", "stall", "cap") or "interrupted". reason: the deny text for the model ("" when allowed).
+    count/limit: the tally of the rule that denied or warned, and its limit — for a duplicate the
+    key's occurrences in the window and duplicateLimit; for a repeat the calls in a row; for a cycle
+    its rounds; for a cap the calls made (of the tool, for a per-tool cap) and the cap. For an
+    allowed judged call without a warning, the key's occurrences including this call and
+    duplicateLimit; 0/0 for calls the guard does not judge (disabled, paused, exempt, outside `only`).
+    first: this is the agent's first deny of this kind (the one the incident log records).
+    counted: the call was recorded (took a window slot and counts toward the cap).
+    key: the call's digest as the window compares it, for tools that tally calls the same way
+    (None when it was not computed: not judged, capped, interrupted, or unserializable args).
+    warning/rule: an allowed call near a limit carries the text for the model and the rule ("" and
+    None otherwise); a deny's rule is its kind.
+
+    Immutable: a named tuple, built in one step on the hot path.
+    """
+
+    allowed: bool
+    kind: Kind | None = None
+    reason: str = ""
+    count: int = 0  # type: ignore[assignment]  # a field, not tuple.count: the name is the protocol's
+    limit: int = 0
+    first: bool = False
+    counted: bool = False
+    key: int | None = None
+    warning: str = ""
+    rule: Kind | None = None
+
+    def __repr__(self) -> str:
+        if self.allowed:
+            warned = f", warned by {self.rule}" if self.warning else ""
+            return f"Verdict(allow, count={self.count}, limit={self.limit}, counted={self.counted}{warned})"
+        return f"Verdict(deny {self.kind}, count={self.count}, limit={self.limit}, first={self.first})"
+
+
+class Hit(NamedTuple):
+    """A rule that objects to a call (it denies, or warns): its tally (the count a message shows) and limit,
+    and what the tally counts ("tool cap" for a per-tool cap; "" = the rule's own words)."""
+
+    rule: Rule
+    tally: int
+    limit: int
+    how: str = ""
+
+
+_hit = tuple.__new__  # a Hit from all its fields at once, as the steps make them: faster than Hit(...)
+
+
+class Facts:
+    """One check's working values, filled in as the check goes: what the steps read.
+
+    One per guard, refilled by every check (the engine is single-threaded), so that judging a call
+    allocates nothing it does not keep."""
+
+    __slots__ = (
+        "calls",
+        "cap",
+        "cycle_len",
+        "cycle_p",
+        "in_row",
+        "key",
+        "limit",
+        "rules",
+        "seen",
+        "stalled",
+        "tool_calls",
+    )
+
+    rules: ToolRules  # the tool's rules (set by each check before any step runs)
+
+    def __init__(self) -> None:
+        self.calls = 0  # the agent's counted calls (after this one, once recorded)
+        self.cap = 0  # the agent's cap in force (its own, or the config's)
+        self.tool_calls = 0  # its calls of this tool, for a per-tool cap
+        self.key: int | None = None  # the call's digest (None: args it could not key)
+        self.seen = 0  # the key's occurrences that count toward the duplicate rule
+        self.limit = 0  # the duplicate limit in force
+        self.in_row = 0  # the same call's allowed calls right before this one
+        self.cycle_len = 0  # the longest cycle this call continues: its length in calls and its period
+        self.cycle_p = 0
+        self.stalled = 0  # this tool's last calls in a row that got the same result
+
+    def set(self, rules: ToolRules, key: int | None, seen: int, limit: int, in_row: int, cap: int) -> Facts:
+        """The values the steps read, once the call is keyed (the stall and cycle rules' are set as they count)."""
+        self.rules, self.key, self.seen, self.limit, self.in_row, self.cap = rules, key, seen, limit, in_row, cap
+        return self
+
+
+# -- the deny steps: each returns the Hit that denies the call, or None ---------------------------
+
+
+def cap(c: Facts) -> Hit | None:
+    """The agent's calls in all, then its calls of this tool, reached their cap. Judged before the call is keyed."""
+    if c.cap and c.calls >= c.cap:
+        return _hit(Hit, ("cap", c.calls, c.cap, ""))
+    tool_cap = c.rules.tool_cap
+    if tool_cap and c.tool_calls >= tool_cap:
+        return _hit(Hit, ("cap", c.tool_calls, tool_cap, ""))
+    return None
+
+
+def duplicate(c: Facts) -> Hit | None:
+    """The identical call is already in the window duplicateLimit times."""
+    if c.key is not None and c.seen >= c.limit:
+        return _hit(Hit, ("duplicate", c.seen, c.limit, ""))
+    return None
+
+
+def repeat(c: Facts) -> Hit | None:
+    """The identical call came repeatLimit times in a row."""
+    limit = c.rules.rep_limit
+    if c.in_row >= limit:
+        return _hit(Hit, ("repeat", c.in_row, limit, ""))
+    return None
+
+
+def cycle(c: Facts) -> Hit | None:
+    """A cycle of calls (A-B-A-B…, periods 2 … cyclePeriod, over the calls tried, denied ones too) past cycleLimit
+    rounds."""
+    limit = c.rules.cycle_limit
+    if c.cycle_p and c.cycle_len > limit * c.cycle_p:
+        return _hit(Hit, ("cycle", limit + 1, limit, ""))
+    return None
+
+
+def stall(c: Facts) -> Hit | None:
+    """This tool's last stallLimit calls in a row all got the same result, whatever their args."""
+    limit = c.rules.stall_limit
+    if c.stalled and c.stalled >= limit:
+        return _hit(Hit, ("stall", c.stalled, limit, ""))
+    return None
+
+
+# -- the warning steps: on a call they allow, each returns the Hit that warns, or None ------------
+
+
+def repeat_near(c: Facts) -> Hit | None:
+    r = c.rules
+    if r.rep_warn and c.in_row >= r.rep_limit - r.rep_warn and c.key is not None:
+        return _hit(Hit, ("repeat", c.in_row + 1, r.rep_limit, ""))
+    return None
+
+
+def cycle_near(c: Facts) -> Hit | None:
+    r = c.rules
+    p = c.cycle_p
+    if p and c.cycle_len > r.cycle_limit * p - r.cycle_warn:
+        return _hit(Hit, ("cycle", -(-c.cycle_len // p), r.cycle_limit, ""))
+    return None
+
+
+def duplicate_near(c: Facts) -> Hit | None:
+    if c.seen >= c.limit - c.rules.dup_warn and c.key is not None:
+        return _hit(Hit, ("duplicate", c.seen + 1, c.limit, ""))
+    return None
+
+
+def stall_near(c: Facts) -> Hit | None:
+    r = c.rules
+    if c.stalled and c.stalled >= r.stall_limit - r.stall_warn:
+        return _hit(Hit, ("stall", c.stalled + 1, r.stall_limit, ""))
+    return None
+
+
+def tool_cap_near(c: Facts) -> Hit | None:
+    r = c.rules
+    if c.tool_calls > r.tool_cap - r.tool_warn:
+        return _hit(Hit, ("cap", c.tool_calls, r.tool_cap, "tool cap"))
+    return None
+
+
+def cap_near(c: Facts) -> Hit | None:
+    if c.calls > c.cap - c.rules.cap_warn:
+        return _hit(Hit, ("cap", c.calls, c.cap, ""))
+    return None
+
+
+class Step(NamedTuple):
+    """A rule's step: its name, whether it is on for a tool's rules, and the step."""
+
+    name: str
+    on: Callable[[ToolRules], Any]
+    judge: Callable[[Facts], Hit | None]
+
+
+# The order the rules deny in: the first that objects denies the call. The cap is judged before the call is keyed
+# (a capped agent's calls cost no hashing); the others once it is, after the cycle and stall rules have counted it.
+DENY_ORDER: tuple[Step, ...] = (
+    Step("cap", lambda r: True, cap),
+    Step("duplicate", lambda r: True, duplicate),
+    Step("repeat", lambda r: r.rep_limit, repeat),
+    Step("cycle", lambda r: r.cycle_limit, cycle),
+    Step("stall", lambda r: r.stall_limit, stall),
+)
+# The order they warn in, on a call they all allow: the rule whose deny would come first speaks.
+WARN_ORDER: tuple[Step, ...] = (
+    Step("repeat", lambda r: r.rep_warn, repeat_near),
+    Step("cycle", lambda r: r.cycle_warn, cycle_near),
+    Step("duplicate", lambda r: r.dup_warn, duplicate_near),
+    Step("stall", lambda r: r.stall_warn, stall_near),
+    Step("tool cap", lambda r: r.tool_warn, tool_cap_near),
+    Step("cap", lambda r: r.cap_warn, cap_near),
+)
+
+
+class ToolRules:
+    """The limits one tool's calls are judged by — the config's, with the tool's overrides on top — and the steps
+    that are on for them, in order."""
+
+    cap_warn: int
+    cycle_limit: int
+    cycle_warn: int
+    dup_limit: int
+    dup_warn: int
+    rep_limit: int
+    rep_near: int
+    rep_warn: int
+    stall_limit: int
+    stall_warn: int
+    tool_cap: int
+    tool_warn: int
+    progress: bool
+
+    __slots__ = (
+        "cap_warn",
+        "cycle_limit",
+        "cycle_warn",
+        "denies",
+        "dup_limit",
+        "dup_warn",
+        "judged",
+        "name",
+        "progress",
+        "rep_limit",
+        "rep_near",
+        "rep_warn",
+        "stall_limit",
+        "stall_warn",
+        "tool_cap",
+        "tool_warn",
+        "warns",
+    )
+
+    def __init__(self, config: Config, name: str, judged: bool, overrides: dict[str, Any]) -> None:
+        self.judged = judged
+        self.name = name  # the tool's class name (case, `_` and `-` ignored), as exempt compares
+        self.dup_limit = overrides.get("duplicateLimit", config.duplicate_limit)
+        self.dup_warn = overrides.get("duplicateWarn", config.duplicate_warn)
+        self.rep_limit = overrides.get("repeatLimit", config.repeat_limit)
+        self.rep_warn = min(overrides.get("repeatWarn", config.repeat_warn), self.rep_limit)  # 0 while it is off
+        self.rep_near = self.rep_limit - self.rep_warn if self.rep_limit else sys.maxsize  # calls in a row it warns at
+        self.stall_limit = overrides.get("stallLimit", config.stall_limit)
+        self.stall_warn = min(overrides.get("stallWarn", config.stall_warn), self.stall_limit)
+        self.tool_cap = overrides.get("maxCalls", 0)
+        self.tool_warn = min(overrides.get("maxCallsWarn", 0), self.tool_cap)
+        self.progress = overrides.get("progress", config.progress)
+        self.cycle_limit = config.cycle_limit
+        self.cycle_warn = config.cycle_warn if config.cycle_limit else 0  # each rule warns only while it is on
+        self.cap_warn = min(config.cap_warn, config.max_calls_per_agent)
+        # the steps after the cap's, as this tool's limits turn them on
+        self.denies = tuple(step.judge for step in DENY_ORDER[1:] if step.on(self))
+        self.warns = tuple(step.judge for step in WARN_ORDER if step.on(self))
