@@ -16,7 +16,7 @@ from breaker import rules as steps
 from breaker.config import AGENT_LIMITS, Config
 from breaker.keys import Judged, call_digest, preview, tool_class_name
 from breaker.records import AgentRow, KeyRow
-from breaker.rules import DENY_KINDS, Facts, Hit, Kind, Outcome, ToolRules, Verdict, fill
+from breaker.rules import DENY_KINDS, Hit, Kind, Outcome, StepInput, ToolRules, Verdict, fill
 
 __all__ = [
     "DENY_KINDS",
@@ -167,7 +167,7 @@ class _Agent:
         return previous
 
     def track(
-        self, c: Facts, rules: ToolRules, tool: str, key: int | None, stall: bool, period: int, no_cycles: list[int]
+        self, c: StepInput, rules: ToolRules, tool: str, key: int | None, stall: bool, period: int, no_cycles: list[int]
     ) -> None:
         """What the stall and cycle rules count of every keyed call, denied or not."""
         c.stalled = 0
@@ -190,7 +190,7 @@ class _Agent:
             else:
                 self.cycle(c, key, period, no_cycles)
 
-    def cycle(self, c: Facts, key: int | None, period: int, no_cycles: list[int]) -> None:
+    def cycle(self, c: StepInput, key: int | None, period: int, no_cycles: list[int]) -> None:
         """Move the cycle rule on by one tried call: sets the longest cycle this call continues, as
         (how many calls in a row follow it including this one, its period), or (0, 0).
 
@@ -748,7 +748,7 @@ class Guard:
         self._no_cycles = [0] * (config.cycle_period + 1)
         self._stall = bool(config.stall_limit) or any(o.get("stallLimit") for o in self._overrides.values())
         self._tracking = self._stall or bool(config.cycle_limit)  # the stall or cycle rule counts every call
-        self._call = Facts()  # fresh: its tallies of rules now off stay 0
+        self._call = StepInput()  # fresh: its tallies of rules now off stay 0
         self._reasons: dict[tuple[str, str, int, int, str], str] = {}
         self._roster.max_agents = self._operator.max_agents = config.max_agents
         self._roster.bound()
@@ -887,7 +887,7 @@ class Guard:
         hit = steps.cap(c)
         return None if hit is None else self._deny(st, agent, tool, hit, None)
 
-    def _denied(self, c: Facts, st: _Agent, agent: str, tool: str) -> Verdict | None:
+    def _denied(self, c: StepInput, st: _Agent, agent: str, tool: str) -> Verdict | None:
         """The steps of `ToolRules.denies`, in order: the first that objects denies the call (None: none does)."""
         for judge in c.rules.denies:
             hit = judge(c)
@@ -895,7 +895,7 @@ class Guard:
                 return self._deny(st, agent, tool, hit, c.key)
         return None
 
-    def _warned(self, c: Facts, st: _Agent, agent: str, tool: str, call_id: str | int | None) -> Verdict | None:
+    def _warned(self, c: StepInput, st: _Agent, agent: str, tool: str, call_id: str | int | None) -> Verdict | None:
         """An allowed call near a limit: the first rule of `ToolRules.warns` that warns (None: none does)."""
         c.calls = st.calls
         c.tool_calls = st.tool_calls.get(c.rules.name, 0) if st.tool_calls else 0

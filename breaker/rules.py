@@ -1,6 +1,6 @@
 """The rules a call is judged by: each rule a small step, their order in one place (DENY_ORDER, WARN_ORDER).
 
-Pure: the steps read one check's working values (`Facts`) and return a `Hit` or None; the engine
+Pure: the steps read one check's working values (`StepInput`) and return a `Hit` or None; the engine
 (breaker/engine.py) keeps the agents' state, runs the steps and turns a hit into a `Verdict`.
 """
 
@@ -18,11 +18,11 @@ __all__ = [
     "DENY_ORDER",
     "RULES",
     "WARN_ORDER",
-    "Facts",
     "Hit",
     "Kind",
     "Outcome",
     "Rule",
+    "StepInput",
     "ToolRules",
     "Verdict",
     "fill",
@@ -108,7 +108,7 @@ class Hit(NamedTuple):
 _hit = tuple.__new__  # a Hit from all its fields at once, as the steps make them: faster than Hit(...)
 
 
-class Facts:
+class StepInput:
     """One check's working values, filled in as the check goes: what the steps read.
 
     One per guard, refilled by every check (the engine is single-threaded), so that judging a call
@@ -142,7 +142,7 @@ class Facts:
         self.cycle_p = 0
         self.stalled = 0  # this tool's last calls in a row that got the same result
 
-    def set(self, rules: ToolRules, key: int | None, seen: int, limit: int, in_row: int, cap: int) -> Facts:
+    def set(self, rules: ToolRules, key: int | None, seen: int, limit: int, in_row: int, cap: int) -> StepInput:
         """The values the steps read, once the call is keyed (the stall and cycle rules' are set as they count)."""
         self.rules, self.key, self.seen, self.limit, self.in_row, self.cap = rules, key, seen, limit, in_row, cap
         return self
@@ -151,7 +151,7 @@ class Facts:
 # -- the deny steps: each returns the Hit that denies the call, or None ---------------------------
 
 
-def cap(c: Facts) -> Hit | None:
+def cap(c: StepInput) -> Hit | None:
     """The agent's calls in all, then its calls of this tool, reached their cap. Judged before the call is keyed."""
     if c.cap and c.calls >= c.cap:
         return _hit(Hit, ("cap", c.calls, c.cap, ""))
@@ -161,14 +161,14 @@ def cap(c: Facts) -> Hit | None:
     return None
 
 
-def duplicate(c: Facts) -> Hit | None:
+def duplicate(c: StepInput) -> Hit | None:
     """The identical call is already in the window duplicateLimit times."""
     if c.key is not None and c.seen >= c.limit:
         return _hit(Hit, ("duplicate", c.seen, c.limit, ""))
     return None
 
 
-def repeat(c: Facts) -> Hit | None:
+def repeat(c: StepInput) -> Hit | None:
     """The identical call came repeatLimit times in a row."""
     limit = c.rules.rep_limit
     if c.in_row >= limit:
@@ -176,7 +176,7 @@ def repeat(c: Facts) -> Hit | None:
     return None
 
 
-def cycle(c: Facts) -> Hit | None:
+def cycle(c: StepInput) -> Hit | None:
     """A cycle of calls (A-B-A-B…, periods 2 … cyclePeriod, over the calls tried, denied ones too) past cycleLimit
     rounds."""
     limit = c.rules.cycle_limit
@@ -185,7 +185,7 @@ def cycle(c: Facts) -> Hit | None:
     return None
 
 
-def stall(c: Facts) -> Hit | None:
+def stall(c: StepInput) -> Hit | None:
     """This tool's last stallLimit calls in a row all got the same result, whatever their args."""
     limit = c.rules.stall_limit
     if c.stalled and c.stalled >= limit:
@@ -196,14 +196,14 @@ def stall(c: Facts) -> Hit | None:
 # -- the warning steps: on a call they allow, each returns the Hit that warns, or None ------------
 
 
-def repeat_near(c: Facts) -> Hit | None:
+def repeat_near(c: StepInput) -> Hit | None:
     r = c.rules
     if r.rep_warn and c.in_row >= r.rep_limit - r.rep_warn and c.key is not None:
         return _hit(Hit, ("repeat", c.in_row + 1, r.rep_limit, ""))
     return None
 
 
-def cycle_near(c: Facts) -> Hit | None:
+def cycle_near(c: StepInput) -> Hit | None:
     r = c.rules
     p = c.cycle_p
     if p and c.cycle_len > r.cycle_limit * p - r.cycle_warn:
@@ -211,27 +211,27 @@ def cycle_near(c: Facts) -> Hit | None:
     return None
 
 
-def duplicate_near(c: Facts) -> Hit | None:
+def duplicate_near(c: StepInput) -> Hit | None:
     if c.seen >= c.limit - c.rules.dup_warn and c.key is not None:
         return _hit(Hit, ("duplicate", c.seen + 1, c.limit, ""))
     return None
 
 
-def stall_near(c: Facts) -> Hit | None:
+def stall_near(c: StepInput) -> Hit | None:
     r = c.rules
     if c.stalled and c.stalled >= r.stall_limit - r.stall_warn:
         return _hit(Hit, ("stall", c.stalled + 1, r.stall_limit, ""))
     return None
 
 
-def tool_cap_near(c: Facts) -> Hit | None:
+def tool_cap_near(c: StepInput) -> Hit | None:
     r = c.rules
     if c.tool_calls > r.tool_cap - r.tool_warn:
         return _hit(Hit, ("cap", c.tool_calls, r.tool_cap, "tool cap"))
     return None
 
 
-def cap_near(c: Facts) -> Hit | None:
+def cap_near(c: StepInput) -> Hit | None:
     if c.calls > c.cap - c.rules.cap_warn:
         return _hit(Hit, ("cap", c.calls, c.cap, ""))
     return None
@@ -242,7 +242,7 @@ class Step(NamedTuple):
 
     name: str
     on: Callable[[ToolRules], Any]
-    judge: Callable[[Facts], Hit | None]
+    judge: Callable[[StepInput], Hit | None]
 
 
 # The order the rules deny in: the first that objects denies the call. The cap is judged before the call is keyed
