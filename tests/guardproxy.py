@@ -188,6 +188,8 @@ class GuardProxy:
                 with self._lock:
                     self.frames.append(frame)
                 out += frame + b"\n"
+            if swallow:  # no reply to these frames may reach the client, even one the guard sends before the close
+                pipe.closed = True
             try:
                 if out:
                     pipe.guard.sendall(out)
