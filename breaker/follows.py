@@ -10,7 +10,7 @@ from breaker.channel import Channel
 from breaker.engine import Guard
 from breaker.keys import Judged, preview
 from breaker.protocol import CallRow, CallsEvent, Check, Done, ErrorReply, Follow, Unfollow
-from breaker.vocab import CallDecision
+from breaker.vocab import Outcome
 
 __all__ = ["FOLLOW_KEYS", "HISTORY", "MAX_FOLLOWED", "Followed", "Follows"]
 
@@ -73,7 +73,7 @@ class Follows:
     @staticmethod
     def record(followed: Followed, req: Check, v: Any, now: float, judged: Judged | None = None) -> None:
         """One call of a followed agent (`v`: the engine's verdict), into its history."""
-        decision: CallDecision
+        decision: Outcome
         if not v.allowed:
             decision = "deny"
         elif v.warning:

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from breaker.channel import Channel, Slot
-from breaker.vocab import CallDecision
+from breaker.vocab import Outcome
 
 __all__ = ["CommandJob", "ConfigJob", "DecisionJob", "DurableJob", "IncidentJob", "Job", "JudgeJob"]
 
@@ -66,7 +66,7 @@ class JudgeJob:
 class DecisionJob:
     """A deny or a warning, for the OpenTelemetry export (asked for only while it is on)."""
 
-    decision: CallDecision  # "deny" or "warn"
+    decision: Outcome  # "deny" or "warn"
     rule: str  # the deny's kind, or the rule that warned
     agent: str
     tool: str

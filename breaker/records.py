@@ -111,7 +111,7 @@ class AgentRow:
     # "ok"; "warned" (its last call was allowed with a warning); or a deny kind: "interrupted",
     # "cap" (its budget is spent), the rule that denied its last call, or "duplicate" (its most
     # repeated call is at the limit: the next one is denied)
-    status: str = "ok"
+    status: str = "ok"  # a breaker.vocab.Status (read as any string: a newer guard may say more)
     last_tool: str = ""
     last_seen: float | None = None
     interrupt_reason: str | None = None

@@ -9,9 +9,10 @@ from __future__ import annotations
 import re
 import sys
 from collections.abc import Callable
-from typing import Any, Literal, NamedTuple, get_args
+from typing import Any, NamedTuple, get_args
 
 from breaker.config import Config
+from breaker.vocab import Kind, Outcome, Rule  # the words the rules speak (re-exported)
 
 __all__ = [
     "DENY_KINDS",
@@ -28,12 +29,6 @@ __all__ = [
     "fill",
 ]
 
-Rule = Literal["duplicate", "repeat", "cycle", "stall", "cap"]
-"""A rule: what denies a call, or warns the model before it would."""
-Kind = Literal[Rule, "interrupted"]
-"""Why a call was denied: a rule, or the operator's interrupt."""
-Outcome = Literal["allow", "pass", "warn", "deny"]
-"""How a check went: judged and allowed; allowed without being judged; allowed with a warning; denied."""
 
 RULES: tuple[Rule, ...] = get_args(Rule)
 DENY_KINDS: tuple[Kind, ...] = get_args(Kind)

@@ -71,7 +71,7 @@ from breaker.protocol import (
 )
 from breaker.stats import StatsBoard
 from breaker.tally import ALLOW, DENY, PASS, WARN, Tally
-from breaker.vocab import CallDecision, Plane
+from breaker.vocab import Outcome, Plane
 
 __all__ = ["BATCH", "POOL", "PRIVATE_BUFFER", "TURN_BYTES", "Handler", "KeyedHandler", "ServerSession"]
 
@@ -447,7 +447,7 @@ class ServerSession:
 
     def _export(
         self,
-        decision: CallDecision,
+        decision: Outcome,
         rule: str,
         agent: str,
         meta: AgentMeta,

@@ -11,7 +11,7 @@ from __future__ import annotations
 from bisect import bisect_left
 from dataclasses import dataclass
 
-from breaker.vocab import CallDecision
+from breaker.vocab import Outcome
 
 __all__ = [
     "ALLOW",
@@ -28,7 +28,7 @@ __all__ = [
 
 # What a check's decision counts as: allowed and recorded; allowed without being judged (exempt, outside
 # `only`, paused or disabled); allowed with a warning; denied. The order is the index into a row.
-DECISIONS: tuple[CallDecision, ...] = ("allow", "pass", "warn", "deny")
+DECISIONS: tuple[Outcome, ...] = ("allow", "pass", "warn", "deny")
 ALLOW, PASS, WARN, DENY = range(4)
 
 # The harness names the project's own adapters send (cbhook's, the dsh plugin's, the Python client's

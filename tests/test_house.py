@@ -113,7 +113,7 @@ def test_the_vocabularys_words_are_the_ones_the_code_says():
 
     assert set(get_args(vocab.Status)) == {"ok", "warned", *DENY_KINDS}
     assert set(get_args(vocab.Plane)) == {HARNESS, OPERATOR} == {cls.plane for cls in OPS.values()}
-    assert set(get_args(vocab.CallDecision)) == set(DECISIONS)
+    assert set(get_args(vocab.Outcome)) == set(DECISIONS)
 
 
 def test_the_glossary_has_every_op_and_every_word_of_the_vocabulary():
@@ -129,7 +129,7 @@ def test_the_glossary_has_every_op_and_every_word_of_the_vocabulary():
     text = (ROOT / "docs" / "glossary.md").read_text(encoding="utf-8")
     named = set(re.findall(r"`([^`]+)`", text)) | set(re.findall(r"\*\*([^*]+)\*\*", text))
     words = set(OPS) | set(DENY_KINDS)
-    for kind in (vocab.Plane, vocab.Status, vocab.CallDecision, vocab.FindingStatus, vocab.LayerOrigin):
+    for kind in (vocab.Plane, vocab.Status, vocab.Outcome, vocab.FindingStatus, vocab.LayerOrigin):
         words |= set(get_args(kind))
     assert len(words) > 30
     assert sorted(words - named) == []
