@@ -457,10 +457,16 @@ class _TopKeys:
             self.top = n
 
     def up(self, agent: str, key: int, n: int) -> None:
-        """The key's count went from n (>= 1) to n + 1."""
+        """The key's count went from n (>= 1) to n + 1 (`add`, inline: every repeat's path)."""
+        pair, buckets, n1 = (agent, key), self.buckets, n + 1
         if n > 1:
-            del self.buckets[n][(agent, key)]
-        self.add(agent, key, n + 1)
+            del buckets[n][pair]
+        bucket = buckets.get(n1)
+        if bucket is None:
+            bucket = buckets[n1] = {}
+        bucket[pair] = None
+        if n1 > self.top:
+            self.top = n1
 
     def down(self, agent: str, key: int, n: int) -> None:
         """The key's count went from n + 1 to n (>= 1)."""
