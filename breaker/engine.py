@@ -54,6 +54,17 @@ class Pending(NamedTuple):
     tool: str
 
 
+def _warning(texts: dict[tuple[Hit, str, str], str], message: str, tool: str, hit: Hit, agent: str) -> str:
+    """A warning's text for the model, kept in `texts`: filled once per (hit, tool, agent), as a deny's reason is."""
+    cache_key = (hit, tool, agent)
+    text = texts.get(cache_key)
+    if text is None:
+        if len(texts) >= _REASON_CACHE_MAX:
+            texts.clear()
+        text = texts[cache_key] = fill(message, tool, hit.tally, hit.limit, hit.rule, agent, hit.how)
+    return text
+
+
 _NOT_JUDGED = Verdict(True)
 _new_verdict = tuple.__new__  # a Verdict from all its fields at once: half the cost of Verdict(...) on the hot path
 
@@ -446,10 +457,16 @@ class _TopKeys:
             self.top = n
 
     def up(self, agent: str, key: int, n: int) -> None:
-        """The key's count went from n (>= 1) to n + 1."""
+        """The key's count went from n (>= 1) to n + 1 (`add`, inline: every repeat's path)."""
+        pair, buckets, n1 = (agent, key), self.buckets, n + 1
         if n > 1:
-            del self.buckets[n][(agent, key)]
-        self.add(agent, key, n + 1)
+            del buckets[n][pair]
+        bucket = buckets.get(n1)
+        if bucket is None:
+            bucket = buckets[n1] = {}
+        bucket[pair] = None
+        if n1 > self.top:
+            self.top = n1
 
     def down(self, agent: str, key: int, n: int) -> None:
         """The key's count went from n + 1 to n (>= 1)."""
@@ -750,6 +767,7 @@ class Guard:
         self._tracking = self._stall or bool(config.cycle_limit)  # the stall or cycle rule counts every call
         self._call = StepInput()  # fresh: its tallies of rules now off stay 0
         self._reasons: dict[tuple[str, str, int, int, str], str] = {}
+        self._warning_texts: dict[tuple[Hit, str, str], str] = {}
         self._roster.max_agents = self._operator.max_agents = config.max_agents
         self._roster.bound()
         self._operator.bound()
@@ -839,6 +857,8 @@ class Guard:
         # them, the common case, skips the steps, and so does a call no cap warning is on for.
         near = in_row >= rules.rep_near or (seen >= limit - rules.dup_warn and key is not None)
         near = near or bool(tracking and (c.cycle_p or c.stalled))
+        if near and seen >= limit and key is not None:  # the duplicate step (the first), inline: the common deny
+            return self._deny(st, agent, tool, "duplicate", seen, limit, key)
         if near and (denied := self._denied(c.set(rules, key, seen, limit, in_row, cap), st, agent, tool)) is not None:
             return denied
 
@@ -885,14 +905,14 @@ class Guard:
         c.rules, c.cap, c.calls = rules, cap, st.calls
         c.tool_calls = st.tool_calls.get(rules.name, 0) if st.tool_calls else 0
         hit = steps.cap(c)
-        return None if hit is None else self._deny(st, agent, tool, hit, None)
+        return None if hit is None else self._deny(st, agent, tool, hit.rule, hit.tally, hit.limit, None)
 
     def _denied(self, c: StepInput, st: _Agent, agent: str, tool: str) -> Verdict | None:
         """The steps of `ToolRules.denies`, in order: the first that objects denies the call (None: none does)."""
         for judge in c.rules.denies:
             hit = judge(c)
             if hit is not None:
-                return self._deny(st, agent, tool, hit, c.key)
+                return self._deny(st, agent, tool, hit.rule, hit.tally, hit.limit, c.key)
         return None
 
     def _warned(self, c: StepInput, st: _Agent, agent: str, tool: str, call_id: str | int | None) -> Verdict | None:
@@ -906,7 +926,7 @@ class Guard:
                 st.warns[rule] = st.warns.get(rule, 0) + 1
                 st.last = _WARNED[rule]
                 self.warnings += 1
-                warning = fill(self._config.warn_message, tool, hit.tally, hit.limit, rule, agent, hit.how)
+                warning = _warning(self._warning_texts, self._config.warn_message, tool, hit, agent)
                 # remembered whatever its rules: a harness may show the warning with the result
                 st.remember(call_id, Pending(c.key, warning, c.rules.progress, tool), self._anon)
                 return Verdict(True, None, "", hit.tally, hit.limit, False, True, c.key, warning, rule)
@@ -962,8 +982,7 @@ class Guard:
             st.progressed(key, slot, digest)  # type: ignore[arg-type]
         return True, warning
 
-    def _deny(self, st: _Agent, agent: str, tool: str, hit: Hit, key: int | None) -> Verdict:
-        kind = hit.rule
+    def _deny(self, st: _Agent, agent: str, tool: str, kind: Kind, count: int, limit: int, key: int | None) -> Verdict:
         if st.tier != 2:
             self._tiers.move(agent, st.tier, 2)
             st.tier = 2
@@ -971,7 +990,6 @@ class Guard:
         st.denies[kind] = before + 1
         st.last = _DENIED[kind]
         self.denies[kind] += 1
-        count, limit = hit.tally, hit.limit
         cache_key = (kind, tool, count, limit, agent)
         reason = self._reasons.get(cache_key)
         if reason is None:  # a looping agent gets the same text every time: fill it once
