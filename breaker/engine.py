@@ -8,6 +8,7 @@ from array import array
 from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
+from heapq import heapify, heappop, heappush, heapreplace
 from typing import Any, NamedTuple
 
 import orjson
@@ -78,6 +79,7 @@ class _Agent:
     remembered call costs its ring entry, one dict entry and a few machine words."""
 
     __slots__ = (
+        "at_top",
         "before",
         "calls",
         "cycles",
@@ -92,17 +94,20 @@ class _Agent:
         "limits",
         "pending",
         "period",
+        "placed",
         "previews",
         "recent",
         "results",
         "ring",
         "run",
+        "seq",
         "stall_digest",
         "stall_n",
         "stall_tool",
         "tally",
         "tier",
         "tool_calls",
+        "top",
         "warns",
     )
 
@@ -113,6 +118,8 @@ class _Agent:
         self.free: list[int] = []  # slots no key holds
         self.results: array[int] | None = None  # progress: slot -> a hash of its key's last result (_NO_RESULT)
         self.previews: dict[int, tuple[str, str]] = {}  # only keys seen at least twice
+        self.top = 0  # its highest count (>= 2), 0 if no key repeats (_TopKeys keeps the agents by it)
+        self.at_top = 0  # how many of its keys are at it
         self.calls = 0  # allowed, counted calls over the agent's life
         self.denies: dict[str, int] = {}  # deny kind -> how many of its calls were denied
         self.warns: dict[str, int] = {}  # rule -> how many of its calls were allowed with a warning
@@ -137,6 +144,8 @@ class _Agent:
         self.stall_n = 0
         self.limits: dict[str, int] | None = None  # the operator's override (Guard._limits holds it)
         self.tier = 0  # its eviction tier (_NEW_CALLS)
+        self.seq = 0  # when it was last active (_Recency's ticks): larger is more recent
+        self.placed = 0  # the `seq` of its entry in its tier's heap (_Recency)
 
     def count(self, key: int) -> int:
         """The key's occurrences in the window."""
@@ -254,7 +263,7 @@ class _Agent:
             self.cycling = False
 
     def evict(self, agent: str, old: int | None, top_keys: _TopKeys) -> None:
-        """A key leaves the window: one fewer occurrence (and one bucket down in the top keys)."""
+        """A key leaves the window: one fewer occurrence (and maybe a lower highest count for the top keys)."""
         if old is None:
             return
         slot = self.index[old]
@@ -269,18 +278,25 @@ class _Agent:
                 before[old] -= 1
             else:
                 del before[old]
-        top_keys.down(agent, old, n)
         if n == 1:
             del self.previews[old]
+        if n + 1 == self.top:  # it was at the agent's highest count
+            self.at_top -= 1
+            if not self.at_top:
+                top_keys.recount(agent, self)
 
     def repeated(
         self, agent: str, tool: str, args: Any, judged: Judged | None, key: int, slot: int, n: int, top_keys: _TopKeys
     ) -> None:
-        """An allowed call of a key already in the window (`n` times, in `slot`): one more, one bucket up."""
-        self.tally[slot] = n + 1
+        """An allowed call of a key already in the window (`n` times, in `slot`): one more."""
+        self.tally[slot] = n1 = n + 1
         if n == 1:
             self.previews[key] = (tool, preview(tool, args) if judged is None else judged.preview)
-        top_keys.up(agent, key, n)
+        if n1 >= self.top:  # at or above the agent's highest count: the top keys' bookkeeping
+            if n1 > self.top:
+                top_keys.set(agent, self, n1, 1)
+            else:
+                self.at_top += 1
 
     def count_tool(self, name: str) -> None:
         """One more call of the tool of class `name`, for a per-tool cap."""
@@ -439,74 +455,144 @@ class _Tiers:
 
 
 class _TopKeys:
-    """The repeated keys of every agent, by count (>= 2), kept as calls happen: the top keys are read
-    from the highest buckets down instead of scanning every agent's window."""
+    """The repeated keys of every agent, by count (>= 2).
 
-    __slots__ = ("buckets", "top")
+    Each agent keeps its highest count (`_Agent.top`) and how many of its keys are at it (`_Agent.at_top`),
+    kept as calls happen at the cost of a comparison; this keeps the agents by their highest count, touched
+    only when an agent's highest count moves. The top keys are read from the highest count down, over the
+    agents whose highest count is at least that high, each agent's keys counted once when it is reached: the
+    cost is the keys of the agents reached, never the number of agents."""
+
+    __slots__ = ("by_top", "top")
 
     def __init__(self) -> None:
-        self.buckets: dict[int, dict[tuple[str, int], None]] = {}
-        self.top = 0  # no bucket above this holds anything
+        self.by_top: dict[int, dict[str, _Agent]] = {}  # an agent's highest count -> the agents at it
+        self.top = 0  # no count above this holds an agent
 
-    def add(self, agent: str, key: int, n: int) -> None:
-        bucket = self.buckets.get(n)
-        if bucket is None:
-            bucket = self.buckets[n] = {}
-        bucket[(agent, key)] = None
-        if n > self.top:
-            self.top = n
+    def set(self, agent: str, st: _Agent, top: int, at_top: int) -> None:
+        """The agent's highest count is now `top` (0: no key of it repeats), with `at_top` keys at it."""
+        by_top = self.by_top
+        if st.top:
+            del by_top[st.top][agent]
+        st.top, st.at_top = top, at_top
+        if top:
+            bucket = by_top.get(top)
+            if bucket is None:
+                bucket = by_top[top] = {}
+            bucket[agent] = st
+            if top > self.top:
+                self.top = top
 
-    def up(self, agent: str, key: int, n: int) -> None:
-        """The key's count went from n (>= 1) to n + 1 (`add`, inline: every repeat's path)."""
-        pair, buckets, n1 = (agent, key), self.buckets, n + 1
-        if n > 1:
-            del buckets[n][pair]
-        bucket = buckets.get(n1)
-        if bucket is None:
-            bucket = buckets[n1] = {}
-        bucket[pair] = None
-        if n1 > self.top:
-            self.top = n1
-
-    def down(self, agent: str, key: int, n: int) -> None:
-        """The key's count went from n + 1 to n (>= 1)."""
-        del self.buckets[n + 1][(agent, key)]
-        if n > 1:
-            self.add(agent, key, n)
+    def recount(self, agent: str, st: _Agent) -> None:
+        """Count the agent's highest count again from its window (its keys at the old one all left it)."""
+        best = at = 0
+        count = st.count
+        for key in st.previews:
+            n = count(key)
+            if n > best:
+                best, at = n, 1
+            elif n == best:
+                at += 1
+        if best < 2:
+            best = at = 0
+        self.set(agent, st, best, at)
 
     def drop(self, agent: str, st: _Agent) -> None:
-        """The agent's window goes: its keys leave the buckets."""
-        buckets = self.buckets
-        for key in st.previews:
-            del buckets[st.count(key)][(agent, key)]
+        """The agent's window goes: its keys leave the top keys."""
+        if st.top:
+            self.set(agent, st, 0, 0)
 
-    def read(self, top: int) -> Iterable[tuple[str, int, int]]:
-        """(agent, key, count) of the most repeated keys, most first, until the caller has `top`. The cost is
-        the number of keys read plus the empty buckets skipped, never the number of agents."""
-        buckets = self.buckets
+    def read(self, top: int) -> list[tuple[str, int, int]]:
+        """(agent, key, count) of the `top` most repeated keys, most first. Within a count: the agents with the
+        higher highest counts first, then as they reached their highest count; an agent's keys as they were
+        first repeated."""
+        out: list[tuple[str, int, int]] = []
+        by_top = self.by_top
+        reached: list[tuple[str, dict[int, list[int]]]] = []  # agents whose highest count is above n: by count
         n = self.top
         while n >= 2:
-            bucket = buckets.get(n)
-            if not bucket:
-                if n == self.top:
-                    buckets.pop(n, None)
-                    self.top = n - 1  # nothing this high any more
-                n -= 1
-                continue
-            for agent, key in bucket:
-                yield agent, key, n
+            for agent, keys in reached:
+                for key in keys.get(n, ()):
+                    out.append((agent, key, n))
+                    if len(out) >= top:
+                        return out
+            joined = by_top.get(n)
+            if joined:
+                for agent, st in joined.items():
+                    keys = {}
+                    count = st.count
+                    for key in st.previews:
+                        keys.setdefault(count(key), []).append(key)
+                    reached.append((agent, keys))
+                    for key in keys[n]:
+                        out.append((agent, key, n))
+                        if len(out) >= top:
+                            return out
+            elif n == self.top:
+                by_top.pop(n, None)
+                self.top = n - 1  # nothing this high any more
             n -= 1
+        return out
+
+
+class _Recency:
+    """The agents the guard holds by eviction tier (see _NEW_CALLS), to find the least recently active of the
+    lowest tier — kept lazily, so that a check only stamps its agent (`_Agent.seq`, one tick).
+
+    Each tier is a heap of (stamp, agent). An entry is the agent's own if the agent is still held, in that
+    tier, and the stamp is its `placed`; any other entry is stale and is dropped when it comes up. The agent
+    whose entry comes up is the least recently active of its tier unless it was active since it was placed
+    (its `seq` is newer): it is then placed again at its `seq`, and the next entry comes up — so the order
+    found is exact, and each check pays nothing for it."""
+
+    __slots__ = ("agents", "heaps", "ticks")
+
+    def __init__(self, agents: dict[str, _Agent]) -> None:
+        self.agents = agents
+        self.heaps: tuple[list[tuple[int, str]], ...] = ([], [], [])
+        self.ticks = itertools.count(1)
+
+    def place(self, agent: str, st: _Agent, tier: int) -> None:
+        """The agent is in `tier` now, as the most recently active."""
+        st.tier = tier
+        st.seq = st.placed = seq = next(self.ticks)
+        heap = self.heaps[tier]
+        heappush(heap, (seq, agent))
+        if len(heap) > 2 * len(self.agents) + 64:  # stale entries of agents gone or moved: drop them
+            heap[:] = [(o.placed, a) for a, o in self.agents.items() if o.tier == tier]
+            heapify(heap)
+
+    def victim(self) -> str:
+        """The agent to let go first: the least recently active of the lowest tier that holds any."""
+        agents = self.agents
+        for tier, heap in enumerate(self.heaps):
+            while heap:
+                placed, agent = heap[0]
+                st = agents.get(agent)
+                if st is None or st.tier != tier or st.placed != placed:
+                    heappop(heap)
+                elif st.seq != placed:  # active since: its place is further on
+                    st.placed = st.seq
+                    heapreplace(heap, (st.seq, agent))
+                else:
+                    return agent
+        raise KeyError("no agent to let go")
+
+    def order(self) -> list[str]:
+        """The agents, least recently active first."""
+        agents = self.agents
+        return sorted(agents, key=lambda agent: agents[agent].seq)
 
 
 class _Roster:
     """The agents the guard holds, least recently active first, and the ledgers of those that went: each bounded
     by maxAgents, letting go of the least valuable first (_NEW_CALLS)."""
 
-    __slots__ = ("agents", "limits", "max_agents", "removed", "retired", "retired_tiers", "tiers", "top_keys")
+    __slots__ = ("agents", "limits", "max_agents", "recency", "removed", "retired", "retired_tiers", "top_keys")
 
     def __init__(self, top_keys: _TopKeys, limits: dict[str, dict[str, int]], removed: Callable[[str], Any]) -> None:
-        self.agents: OrderedDict[str, _Agent] = OrderedDict()  # least recently active first
-        self.tiers = _Tiers()  # the same agents, by eviction tier
+        self.agents: dict[str, _Agent] = {}  # as they came (their order of activity: `recency`)
+        self.recency = _Recency(self.agents)  # the same agents, by eviction tier and activity
         self.retired: OrderedDict[str, _Ledger] = OrderedDict()  # ended or evicted agents' counts
         self.retired_tiers = _Tiers()
         self.top_keys = top_keys
@@ -525,9 +611,9 @@ class _Roster:
         if self.limits:
             st.limits = self.limits.get(agent)
         if len(self.agents) >= self.max_agents:  # room first: the newcomer itself is never the one to go
-            self.retire(self.tiers.victim())
+            self.retire(self.recency.victim())
         self.agents[agent] = st
-        self.tiers.add(agent, st.tier)
+        self.recency.place(agent, st, st.tier)
         return st
 
     def reset(self, agent: str) -> bool:
@@ -539,9 +625,8 @@ class _Roster:
         if st is None:
             return led is not None
         self.top_keys.drop(agent, st)
-        self.tiers.move(agent, st.tier, 0)
-        self.agents[agent] = _Agent()
-        self.agents.move_to_end(agent)  # the operator just acted on it: as recent in both orders
+        self.agents[agent] = fresh = _Agent()
+        self.recency.place(agent, fresh, 0)  # the operator just acted on it: the most recent
         return True
 
     def restore(self, state: AgentState, period: int) -> None:
@@ -561,25 +646,19 @@ class _Roster:
         st.limits = self.limits.get(agent)
         if period:  # what follows is keyed by digests
             st.restore_window(state, period)
-            for key in st.previews:
-                self.top_keys.add(agent, key, st.count(key))
+            if st.previews:
+                self.top_keys.recount(agent, st)
         self.agents[agent] = st
-        self.tiers.add(agent, st.tier)
+        self.recency.place(agent, st, st.tier)
         self.bound()
 
     def promote(self, agent: str, st: _Agent) -> None:
         """A new agent made _NEW_CALLS calls without a deny: tier 1."""
-        self.tiers.move(agent, 0, 1)
-        st.tier = 1
+        self.recency.place(agent, st, 1)
 
     def interrupted_call(self, agent: str, st: _Agent, tool: str, now: float | None) -> int:
         """The agent called under an operator interrupt (denied): the most recent, and tier 2; its calls so far."""
-        self.agents.move_to_end(agent)
-        if st.tier != 2:
-            self.tiers.move(agent, st.tier, 2)
-            st.tier = 2
-        else:
-            self.tiers.lru[2].move_to_end(agent)
+        self.recency.place(agent, st, 2)
         st.denies["interrupted"] = st.denies.get("interrupted", 0) + 1
         st.last_tool = tool
         st.last_seen = now
@@ -588,14 +667,13 @@ class _Roster:
     def bound(self) -> None:
         """Keep the agents and the ledgers within maxAgents (after a config change or a restore)."""
         while len(self.agents) > self.max_agents:
-            self.retire(self.tiers.victim())
+            self.retire(self.recency.victim())
         while len(self.retired) > self.max_agents:
             self.forget(self.retired_tiers.victim())
 
     def retire(self, agent: str) -> None:
         """Let an agent's window go; keep its counts in the ledger (the least valuable ledger goes past maxAgents)."""
-        st = self.agents.pop(agent)
-        self.tiers.remove(agent, st.tier)
+        st = self.agents.pop(agent)  # its heap entry is stale from now on
         self.top_keys.drop(agent, st)
         self.retired[agent] = _Ledger(st)
         self.retired_tiers.add(agent, st.tier)
@@ -730,7 +808,8 @@ class Guard:
         self._interrupted, self._limits = self._operator.interrupted, self._operator.limits
         self._top_keys = _TopKeys()
         self._roster = roster = _Roster(self._top_keys, self._limits, self._removed)
-        self._agents, self._tiers = roster.agents, roster.tiers
+        self._agents, self._recency = roster.agents, roster.recency
+        self._ticks = roster.recency.ticks
         self._retired, self._retired_tiers = roster.retired, roster.retired_tiers
         self._tools: dict[str, ToolRules] = {}
         self.on_remove = on_remove
@@ -818,8 +897,7 @@ class Guard:
         if st is None:
             st = self._roster.admit(agent)
         elif st is not self._newest:  # the agent of the last check is the most recent already
-            self._agents.move_to_end(agent)
-            self._tiers.lru[st.tier].move_to_end(agent)
+            st.seq = next(self._ticks)  # its place in the order of activity (_Recency): one tick
         self._newest = st
         st.last_tool = tool
         st.last_seen = now
@@ -984,8 +1062,7 @@ class Guard:
 
     def _deny(self, st: _Agent, agent: str, tool: str, kind: Kind, count: int, limit: int, key: int | None) -> Verdict:
         if st.tier != 2:
-            self._tiers.move(agent, st.tier, 2)
-            st.tier = 2
+            self._recency.place(agent, st, 2)
         before = st.denies.get(kind, 0)
         st.denies[kind] = before + 1
         st.last = _DENIED[kind]
@@ -1104,7 +1181,7 @@ class Guard:
 
     def agents(self) -> list[str]:
         """Tracked agent ids, least recently active first."""
-        return list(self._agents)
+        return self._recency.order()
 
     def known(self, agent: str) -> bool:
         """Tracked, or under an interrupt (both are shown to an operator)."""
@@ -1198,16 +1275,15 @@ class Guard:
         for agent, key, n in self._top_keys.read(top):
             tool, text = self._agents[agent].previews[key]
             out.append(KeyRow(agent=agent, tool=tool, preview=text, count=n))
-            if len(out) >= top:
-                break
         return out
 
     def snapshot(self, top: int = 10, agents: Iterable[str] | None = None) -> GuardView:
         """Views of `agents` (default: every tracked or interrupted agent, most recently active
         first) and the `top` most repeated keys."""
         if agents is None:
-            seen = set(self._agents)
-            ids = [*reversed(self._agents), *(a for a in reversed(self._interrupted) if a not in seen)]
+            ids = self._recency.order()
+            ids.reverse()
+            ids.extend(a for a in reversed(self._interrupted) if a not in self._agents)
         else:
             ids = list(agents)
         views = [v for v in map(self.agent_view, ids) if v is not None]
