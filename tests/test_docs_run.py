@@ -161,6 +161,7 @@ def test_a_python_block_runs_as_written(block, here):
     work, env = here
     done = _run([sys.executable, "-c", block.text], work, env)
     assert done.returncode == 0, f"{block}:\n{done.stderr[-3000:]}"
+    assert "guard unavailable" not in done.stderr  # judged by the guard, not let through by the failure mode
 
 
 @pytest.mark.parametrize("block", [b for b in RUN if b.lang == "sh"], ids=str)
