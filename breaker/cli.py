@@ -10,6 +10,13 @@ from collections.abc import Sequence
 __all__ = ["main"]
 
 CONSOLE = "console.command"  # the console's own flags and `main(argv)`; it imports the app (Textual) itself
+# After the console's --help: the guard's own flags, which only `--headless` takes (its --help lists them all).
+GUARD_FLAGS = """
+the guard's own flags (with --headless; all of them: cbconsole --headless --help):
+  --metrics [HOST:]PORT  serve Prometheus metrics at http://HOST:PORT/metrics (docs/metrics.md)
+  --otel                 send each deny and warning as an OpenTelemetry event over OTLP (the otel extra:
+                         pip install -e '.[otel]' in this clone)
+  The guard the console starts takes them from its patch layer: the metrics and otelEvents settings."""
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -26,7 +33,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     # By name, at run time: the import contract "breaker never imports console" holds for every import written
     # in breaker, and setup, doctor and the headless guard never load Textual (docs/architecture.md).
     console = importlib.import_module(CONSOLE)
-    status: int = console.main(raw)
+    try:
+        status: int = console.main(raw)
+    except SystemExit as exc:  # argparse ends --help so
+        if exc.code in (0, None) and ("-h" in raw or "--help" in raw):
+            print(GUARD_FLAGS)
+        raise
     return status
 
 

@@ -40,7 +40,7 @@ def doc_lines() -> dict[str, str]:
 
 def test_the_docs_forwarding_block_has_the_lines_this_test_runs():
     lines = doc_lines()
-    assert set(lines) == {"host", "remote", "local", "mkdir", "ssh", "cbconsole"}
+    assert set(lines) == {"host", "remote", "local", "mkdir", "ssh", "here", "cbconsole"}
     assert '-L "$local/operator.sock:$remote"' in lines["ssh"] and "ExitOnForwardFailure=yes" in lines["ssh"]
     assert lines["cbconsole"].startswith('cbconsole --attach "$host=$local/operator.sock"')
 
@@ -143,7 +143,7 @@ async def test_a_remote_guards_operator_socket_forwarded_by_ssh_as_documented_is
         assert (forwarded.stat().st_mode & 0o777) == 0o600 and forwarded.stat().st_uid == os.getuid()
         assert request(forwarded, {"op": "ping", "id": 1})["pong"] is True  # the remote guard's operator plane
 
-        attach = expand(lines["cbconsole"], {**env, "XDG_RUNTIME_DIR": str(here.socket.parent.parent)})
+        attach = expand(lines["cbconsole"], {**env, "here": str(here.socket.parent)})
         specs = [attach[i + 1] for i, word in enumerate(attach) if word == "--attach"]
         specs[1] = f"here={here.socket}"  # the local guard of this test (its own socket directory)
         members = _members(specs, here.socket, None)

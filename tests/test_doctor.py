@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -118,7 +119,7 @@ def test_settings_that_are_not_json_fail_naming_the_file_and_line(tmp_path):
 
 def test_switches_that_turn_every_hook_off_fail(tmp_path):
     claude = settings("claude-code", tmp_path, {"disableAllHooks": True})
-    assert statuses(doctor.check_claude(claude)) == [("fail", "claude-code.hooks-off")]
+    assert statuses(doctor.check_claude(claude, [])) == [("fail", "claude-code.hooks-off")]
     command = str(CBHOOK)
     gemini = settings("gemini", tmp_path, {"hooksConfig": {"enabled": False, "disabled": [command]}})
     checks = doctor.check_gemini(gemini, command, places(tmp_path))
@@ -376,3 +377,95 @@ def test_a_socket_that_answers_ping_with_an_error_fails_the_guard_check(tmp_path
     finally:
         server.close()
     assert check.status == "fail" and "answered ping with an error (nope: no)" in check.message
+
+
+# -- what doctor takes as "installed", and Claude Code's every settings file --------------------------
+
+
+@pytest.mark.parametrize("left", ["nothing", "setup's hooks.json", "setup's hooks.json and its notes"])
+def test_an_empty_or_leftover_cursor_directory_is_not_taken_as_cursor_installed(capsys, home, left):
+    cursor = home / ".cursor"
+    if left == "nothing":
+        cursor.mkdir()
+    else:
+        assert setup(["cursor", "--home", str(home)]) == 0
+        if left == "setup's hooks.json":
+            (cursor / "hooks.json.cbconsole-created").unlink()
+    _status, checks = doctor_json(capsys, home)
+    assert [(c["status"], c["message"]) for c in checks if c["harness"] == "cursor"] == [
+        ("skip", "Cursor is not installed here")
+    ]
+
+
+@pytest.mark.parametrize("sign", ["argv.json", "extensions", "a hooks.json hook of the user's"])
+def test_a_cursor_directory_with_cursors_own_files_is_cursor_installed_and_checked(capsys, home, sign):
+    cursor = home / ".cursor"
+    cursor.mkdir()
+    if sign == "extensions":
+        (cursor / sign).mkdir()
+    elif sign == "argv.json":
+        (cursor / sign).write_text("{}")
+    else:
+        (cursor / "hooks.json").write_text('{"version": 1, "hooks": {"stop": [{"command": "/usr/bin/audit"}]}}')
+    _status, checks = doctor_json(capsys, home)
+    assert failed(checks, "cursor.hook") and "Cursor is installed, but" in failed(checks, "cursor.hook")[0]
+
+
+HOOKS_OFF = {  # where a `disableAllHooks: true` is: the file, under the home (~), the project (P) or managed (M)
+    "the user's settings.local.json": "~/.claude/settings.local.json",
+    "the project's settings.json": "P/.claude/settings.json",
+    "the project's settings.local.json": "P/.claude/settings.local.json",
+    "managed-settings.json": "M/managed-settings.json",
+    "a managed-settings.d drop-in": "M/managed-settings.d/50-policy.json",
+}
+
+
+def claude_places(home: Path, tmp_path: Path) -> Places:
+    """The home and a project in it, with a managed-settings directory of the test's own."""
+    (tmp_path / "project").mkdir(exist_ok=True)
+    return dataclasses.replace(places(home), project=tmp_path / "project", claude_managed=tmp_path / "managed")
+
+
+def write_at(where: Places, short: str, value: dict) -> Path:
+    roots = {"~": where.home, "P": where.project, "M": where.claude_managed}
+    path = Path(str(roots[short[0]]) + short[1:])
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(value))
+    return path
+
+
+def hooks_off(where: Places) -> list[doctor.Finding]:
+    return [c for c in doctor.run_checks(where) if c.check == "claude-code.hooks-off"]
+
+
+@pytest.mark.parametrize("place", list(HOOKS_OFF))
+def test_disable_all_hooks_in_any_claude_code_settings_file_that_applies_fails_naming_it(home, place):
+    where = claude_places(home, home)
+    assert setup(["claude-code", "--home", str(home)]) == 0
+    path = write_at(where, HOOKS_OFF[place], {"disableAllHooks": True})
+    (finding,) = hooks_off(where)
+    assert finding.status == "fail" and finding.message.startswith(f"{path} ")
+    assert "disableAllHooks: true" in finding.message and str(path) in finding.fix
+
+
+def test_disable_all_hooks_turned_back_off_by_a_file_of_higher_precedence_is_not_reported(home):
+    where = claude_places(home, home)
+    assert setup(["claude-code", "--home", str(home)]) == 0
+    write_at(where, "~/.claude/settings.local.json", {"disableAllHooks": True})
+    write_at(where, "P/.claude/settings.local.json", {"disableAllHooks": False})
+    assert hooks_off(where) == []
+    write_at(where, "M/managed-settings.json", {"disableAllHooks": False})
+    write_at(where, "M/managed-settings.d/10-a.json", {"disableAllHooks": True})
+    (finding,) = hooks_off(where)  # a drop-in is merged over managed-settings.json: it decides
+    assert "10-a.json (managed settings)" in finding.message and "runs no hook at all" in finding.message
+
+
+def test_managed_hooks_only_fails_unless_the_managed_settings_hold_the_cbhook_hooks(home):
+    where = claude_places(home, home)
+    assert setup(["claude-code", "--home", str(home)]) == 0
+    managed = write_at(where, "M/managed-settings.json", {"allowManagedHooksOnly": True})
+    (finding,) = hooks_off(where)
+    assert finding.status == "fail" and "runs only the managed settings' hooks" in finding.message
+    managed.write_text(json.dumps({"allowManagedHooksOnly": True, **settings_snippet("claude-code", COMMAND)}))
+    write_at(where, "~/.claude/settings.local.json", {"disableAllHooks": True})  # managed hooks still run
+    assert hooks_off(where) == []

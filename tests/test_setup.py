@@ -7,6 +7,7 @@ from __future__ import annotations
 import difflib
 import json
 import os
+import shlex
 import shutil
 import stat
 import subprocess
@@ -733,3 +734,85 @@ def test_remove_leaves_a_file_setup_never_wrote_in_alone_even_an_empty_one(capsy
     status, out, _err = setup(capsys, tmp_path, harness, "--remove")
     assert status == 0 and "holds no cbconsole entries; nothing changed" in out
     assert path.read_text() == text
+
+
+# -- what setup leaves behind, and the doctor line it ends with ----------------------------------------
+
+DIRS = {"claude-code": ".claude", "codex": ".codex", "gemini": ".gemini", "cursor": ".cursor", "dsh": ".dsh"}
+
+
+@pytest.mark.parametrize("harness", [*JSON_HARNESSES, "dsh"])
+def test_remove_of_a_file_setup_created_also_removes_the_directories_it_created(capsys, tmp_path, harness):
+    home = tmp_path / "home"
+    home.mkdir()
+    assert setup(capsys, home, harness)[0] == 0
+    assert (home / DIRS[harness]).is_dir()
+    status, out, _ = setup(capsys, home, harness, "--remove")
+    assert status == 0 and f"removed the directory {home / DIRS[harness]}" in out
+    assert list(home.iterdir()) == []  # nothing left: the home as it was
+
+
+def test_setup_notes_every_directory_it_made_for_a_project_and_remove_takes_them_all_away(capsys, tmp_path):
+    project = tmp_path / "project" / "deep"
+    assert setup(capsys, tmp_path, "cursor", "--project", str(project))[0] == 0
+    made = [tmp_path / "project", project, project / ".cursor"]
+    assert (project / ".cursor" / "hooks.json.cbconsole-created").read_text() == "".join(f"{d}\n" for d in made)
+    assert setup(capsys, tmp_path, "cursor", "--project", str(project), "--remove")[0] == 0
+    assert list(tmp_path.iterdir()) == []  # project/deep/.cursor, project/deep and project were all setup's
+
+
+@pytest.mark.parametrize("before", ["an empty directory", "a directory of the user's"])
+def test_remove_never_removes_a_directory_that_existed_before_setup(capsys, tmp_path, before):
+    cursor = tmp_path / ".cursor"
+    cursor.mkdir()
+    if before == "a directory of the user's":
+        (cursor / "argv.json").write_text("{}")
+    assert setup(capsys, tmp_path, "cursor")[0] == 0
+    assert not (cursor / "hooks.json.cbconsole-created").exists()
+    status, out, _ = setup(capsys, tmp_path, "cursor", "--remove")
+    assert status == 0 and "removed the directory" not in out
+    assert cursor.is_dir() and sorted(p.name for p in cursor.iterdir()) == (
+        [] if before == "an empty directory" else ["argv.json"]
+    )
+
+
+def test_remove_keeps_a_directory_setup_created_that_now_holds_something_else(capsys, tmp_path):
+    assert setup(capsys, tmp_path, "cursor")[0] == 0
+    (tmp_path / ".cursor" / "cli-config.json").write_text("{}")  # Cursor, installed since
+    status, out, _ = setup(capsys, tmp_path, "cursor", "--remove")
+    assert status == 0 and "removed the directory" not in out
+    assert sorted(p.name for p in (tmp_path / ".cursor").iterdir()) == ["cli-config.json"]
+
+
+def test_a_note_naming_other_directories_removes_none_of_them(capsys, tmp_path):
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    assert setup(capsys, tmp_path, "cursor")[0] == 0
+    note = tmp_path / ".cursor" / "hooks.json.cbconsole-created"
+    note.write_text(f"{elsewhere}\n{tmp_path}\n{tmp_path / '.cursor'}\n")
+    assert setup(capsys, tmp_path, "cursor", "--remove")[0] == 0
+    assert elsewhere.is_dir() and tmp_path.is_dir() and not (tmp_path / ".cursor").exists()
+
+
+@pytest.mark.parametrize("extra", [[], ["--project", "proj dir"]])
+def test_setup_ends_with_the_doctor_command_that_checks_what_it_wrote(capsys, tmp_path, monkeypatch, extra):
+    monkeypatch.chdir(tmp_path)
+    home = tmp_path / "the home"
+    status, out, _ = setup(capsys, home, "codex", *extra)
+    assert status == 0
+    line = out.splitlines()[-1]
+    command = line.split("Check with: ", 1)[1]
+    project = [] if not extra else ["--project", str(tmp_path / "proj dir")]
+    assert shlex.split(command) == ["cbconsole", "doctor", "--home", str(home), *project]
+    from breaker.wiring import doctor
+
+    monkeypatch.chdir("/")  # it works from anywhere: absolute paths
+    monkeypatch.setenv("PATH", str(tmp_path / "bin"))
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "codex").write_text("#!/bin/sh\necho 0.171.0\n")
+    (tmp_path / "bin" / "codex").chmod(0o755)
+    doctor.main([*shlex.split(command)[2:], "--json"])
+    checks = json.loads(capsys.readouterr().out)
+    (hook,) = [c for c in checks if c["check"] == "codex.hook"]
+    settings = home / ".codex" / "hooks.json" if not extra else tmp_path / "proj dir" / ".codex" / "hooks.json"
+    assert hook["status"] == "ok" and str(settings) in hook["message"]

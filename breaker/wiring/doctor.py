@@ -379,20 +379,58 @@ def _socket_of(command: str, default: Path) -> Path:
     return default
 
 
-def check_claude(settings: list[_Settings]) -> list[Finding]:
-    out = []
-    for s in settings:
-        if s.value.get("disableAllHooks") is True:
-            out.append(
-                Finding(
-                    check="claude-code.hooks-off",
-                    harness="claude-code",
-                    status="fail",
-                    message=f"{s.path} sets disableAllHooks: true: Claude Code runs no hook at all",
-                    fix=f"remove disableAllHooks from {s.path}",
-                )
+def _deciding(files: list[_Settings], key: str) -> _Settings | None:
+    """The file whose `key` Claude Code goes by: the last of `files` (lowest precedence first) that sets it."""
+    return next((s for s in reversed(files) if key in s.value), None)
+
+
+def check_claude(files: list[_Settings], managed: list[_Settings]) -> list[Finding]:
+    """Claude Code's switches that turn our hooks off, each where it applies (the file of highest precedence
+    that sets it decides): `disableAllHooks` in managed settings (no hook runs) or in any other settings file
+    (only the managed settings' hooks run), and the managed `allowManagedHooksOnly` (the same)."""
+    guarded_by_policy = any(
+        f.event == CHECK_EVENT["claude-code"] for s in managed for f in cbhook_entries("claude-code", s.value)
+    )
+    policy = _deciding(managed, "disableAllHooks")
+    if policy is not None and policy.value["disableAllHooks"] is True:
+        return [
+            Finding(
+                check="claude-code.hooks-off",
+                harness="claude-code",
+                status="fail",
+                message=f"{policy.path} (managed settings) sets disableAllHooks: true: Claude Code runs no hook at "
+                "all, and no other settings file can turn them back on",
+                fix=f"ask whoever manages {policy.path} to take disableAllHooks out",
             )
-    return out
+        ]
+    only = _deciding(managed, "allowManagedHooksOnly")
+    if only is not None and only.value["allowManagedHooksOnly"] is True and not guarded_by_policy:
+        return [
+            Finding(
+                check="claude-code.hooks-off",
+                harness="claude-code",
+                status="fail",
+                message=f"{only.path} (managed settings) sets allowManagedHooksOnly: true: Claude Code runs only the "
+                "managed settings' hooks, and none of them calls cbhook before a tool call",
+                fix=f"ask whoever manages {only.path} to add the cbhook hooks (`cbconsole setup claude-code "
+                "--dry-run` shows them) or to take allowManagedHooksOnly out",
+            )
+        ]
+    mine = _deciding(files, "disableAllHooks")
+    if mine is not None and mine.value["disableAllHooks"] is True and not guarded_by_policy:
+        overridden = [s.path for s in files if s.value.get("disableAllHooks") is True and s is not mine]
+        also = f" (so does {', '.join(map(str, overridden))})" if overridden else ""
+        return [
+            Finding(
+                check="claude-code.hooks-off",
+                harness="claude-code",
+                status="fail",
+                message=f"{mine.path} sets disableAllHooks: true{also}: Claude Code runs none of the hooks in your "
+                "settings or the project's, only managed ones",
+                fix=f"remove disableAllHooks from {mine.path}",
+            )
+        ]
+    return []
 
 
 def check_gemini(settings: list[_Settings], command: str | None, places: Places) -> list[Finding]:
@@ -746,6 +784,22 @@ def check_dsh(places: Places, sockets: set[Path], default: Path) -> list[Finding
 # -- all of it ------------------------------------------------------------------------------------
 
 
+def cursor_used(directory: Path) -> bool:
+    """Whether `directory` (`~/.cursor`) shows Cursor in use: it holds something besides what `cbconsole setup`
+    writes there (hooks.json and its `.cbconsole-*` notes), or a hooks.json with a hook that is not a cbhook.
+    A directory setup left behind, or an empty one, is not Cursor."""
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return False
+    if any(n != "hooks.json" and not n.startswith("hooks.json.cbconsole-") for n in names):
+        return True
+    value = _json_object(directory / "hooks.json") if "hooks.json" in names else None
+    hooks = value.get("hooks") if isinstance(value, dict) else None
+    lists = [h for h in hooks.values() if isinstance(h, list)] if isinstance(hooks, dict) else []
+    return any(isinstance(h, dict) and not is_cbhook(h.get("command")) for hs in lists for h in hs)
+
+
 def run_checks(places: Places, socket: Path | None = None) -> list[Finding]:
     """Every check, in order: the guard's socket(s), then each harness."""
     from concurrent.futures import ThreadPoolExecutor
@@ -755,8 +809,8 @@ def run_checks(places: Places, socket: Path | None = None) -> list[Finding]:
     default = default_socket_path(places.environ)
     sockets: set[Path] = set()  # the sockets the hooks and plugin rows name (theirs, or the default)
     programs = {h: find_program(h, places) for h in NAMES}
-    if programs["cursor"] is None and (places.home / ".cursor").is_dir():
-        programs["cursor"] = places.home / ".cursor"
+    if programs["cursor"] is None and cursor_used(places.home / ".cursor"):
+        programs["cursor"] = places.home / ".cursor"  # the editor, installed where no PATH reaches
     with ThreadPoolExecutor(max_workers=4) as pool:  # each `--version` starts a Node program: ~1-2 s
         versions = {
             h: pool.submit(version_of, p, places, h) for h, p in programs.items() if p is not None and h != "cursor"
@@ -777,15 +831,21 @@ def run_checks(places: Places, socket: Path | None = None) -> list[Finding]:
             harness_checks += check_dsh(places, sockets, default)
             continue
         checks: list[Finding] = []
-        paths = [places.settings_file(harness)] + ([places.settings_file(harness, project)] if project else [])
+        if harness == "claude-code":
+            paths = places.claude_files(project)
+            managed = [s for s in (_read_settings(harness, p, checks) for p in places.claude_managed_files()) if s]
+        else:
+            paths = [places.settings_file(harness)] + ([places.settings_file(harness, project)] if project else [])
+            managed = []
         files = [s for s in (_read_settings(harness, p, checks) for p in paths) if s is not None]
-        if not checks:
+        if harness == "claude-code":
+            checks += check_claude(files, managed)
+            files += managed  # their hooks run too
+        if not any(c.status == "fail" and c.check == f"{harness}.settings" for c in checks):
             checks += check_hooks(harness, files, cbhook, places, project)
         commands = [f.command for s in files for f in cbhook_entries(harness, s.value)]
         sockets |= {_socket_of(c, default) for c in commands}
-        if harness == "claude-code":
-            checks += check_claude(files)
-        elif harness == "gemini":
+        if harness == "gemini":
             checks += check_gemini(files, commands[0] if commands else None, places)
         elif harness == "codex" and any(c.status == "ok" for c in checks):
             checks += check_codex_trust(program, places, project, files, cbhook)

@@ -19,20 +19,24 @@ from breaker.paths import FileProblem, TempFileError, read_regular, write_atomic
 
 __all__ = [
     "BACKUP_SUFFIX",
+    "CREATED_SUFFIX",
     "MAX_BYTES",
     "Change",
     "Original",
     "SetupError",
     "apply",
     "backup_path",
+    "created_path",
     "decode",
     "diff",
     "read",
     "read_backup",
+    "remove_created_dirs",
 ]
 
 MAX_BYTES = 4 * 1024 * 1024  # settings files are a few KiB
 BACKUP_SUFFIX = ".cbconsole-backup"
+CREATED_SUFFIX = ".cbconsole-created"  # beside a file setup created: the directories it made for it, one a line
 
 
 class SetupError(Exception):
@@ -47,6 +51,11 @@ class SetupError(Exception):
 def backup_path(path: Path) -> Path:
     """Where setup keeps a file as it was before cbconsole first changed it: beside it."""
     return path.with_name(path.name + BACKUP_SUFFIX)
+
+
+def created_path(path: Path) -> Path:
+    """Where setup notes the directories it made to create a file (`~/.cursor` for `~/.cursor/hooks.json`)."""
+    return path.with_name(path.name + CREATED_SUFFIX)
 
 
 def read(path: Path) -> bytes | None:
@@ -174,7 +183,11 @@ def apply(change: Change) -> list[str]:
         os.unlink(target)
         done.append(f"removed {change.path} (cbconsole had created it)")
     else:
+        made = _missing_dirs(target.parent)
         target.parent.mkdir(parents=True, exist_ok=True)
+        if made:  # so that --remove takes away what setup made, and never a directory that was there before
+            note = "".join(f"{d}\n" for d in made).encode("utf-8")
+            _write(created_path(target), note, 0o644, None)
         _write(target, change.new, mode, unchanged)
         done.append(f"{'wrote' if change.old is not None else 'created'} {change.path}")
     if change.drop_backup:
@@ -183,6 +196,44 @@ def apply(change: Change) -> list[str]:
         except FileNotFoundError:
             pass
         done.append(f"restored the original bytes and removed {backup_path(change.path).name}")
+    return done
+
+
+def _missing_dirs(directory: Path) -> list[Path]:
+    """The directories that creating `directory` (absolute) makes, outermost first."""
+    missing: list[Path] = []
+    while not os.path.lexists(directory) and directory != directory.parent:
+        missing.insert(0, directory)
+        directory = directory.parent
+    return missing
+
+
+def remove_created_dirs(changes: list[Change]) -> list[str]:
+    """After a remove: take away the directories setup made for the files it deleted, innermost first, each only
+    if it is empty now (os.rmdir refuses any other). A directory that held anything, or existed before setup,
+    stays. Only the deleted file's own ancestors are taken from its note, whatever else the note says."""
+    dirs: set[Path] = set()
+    for change in changes:
+        if change.new is not None or change.old is None:
+            continue
+        target = change.target
+        note = created_path(target)
+        try:
+            data = read(note)
+        except SetupError:
+            continue
+        if data is None:
+            continue
+        ancestors = set(target.parents)
+        dirs |= {Path(line) for line in data.decode("utf-8", "replace").splitlines() if Path(line) in ancestors}
+        os.unlink(note)
+    done = []
+    for directory in sorted(dirs, key=lambda d: len(d.parts), reverse=True):
+        try:
+            os.rmdir(directory)
+        except OSError:
+            continue  # not empty (the harness's own files, or the user's), or gone already
+        done.append(f"removed the directory {directory} (cbconsole had created it, and it is empty)")
     return done
 
 

@@ -14,7 +14,7 @@ import shutil
 import sys
 import sysconfig
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +31,7 @@ __all__ = [
     "Places",
     "cbhook_command",
     "cbhook_of",
+    "claude_managed_dir",
     "entry",
     "find_cbhook",
     "find_program",
@@ -215,6 +216,12 @@ def cbhook_command(
 # -- where things are -----------------------------------------------------------------------------
 
 
+def claude_managed_dir() -> Path:
+    """Where Claude Code reads its managed settings (`managed-settings.json` and `managed-settings.d/`), as its
+    settings docs give it: macOS `/Library/Application Support/ClaudeCode`, Linux and WSL `/etc/claude-code`."""
+    return Path("/Library/Application Support/ClaudeCode") if sys.platform == "darwin" else Path("/etc/claude-code")
+
+
 @dataclass(frozen=True)
 class Places:
     """The home (what `~` means), the environment, and an optional project directory to look in."""
@@ -222,6 +229,7 @@ class Places:
     home: Path
     environ: Mapping[str, str]
     project: Path | None = None
+    claude_managed: Path = field(default_factory=claude_managed_dir)  # the machine's, whatever the home
 
     @classmethod
     def of(
@@ -262,6 +270,24 @@ class Places:
         if harness == "cursor":
             return project / ".cursor" / "hooks.json" if project else self.home / ".cursor" / "hooks.json"
         raise ValueError(f"{harness} has no JSON settings file")
+
+    def claude_files(self, project: Path | None = None) -> list[Path]:
+        """Every settings file of Claude Code's that may hold hooks or switch them off, lowest precedence first:
+        the user's `settings.json` and `settings.local.json`, then (`project`) the project's two."""
+        out = [self.claude_dir() / "settings.json", self.claude_dir() / "settings.local.json"]
+        if project is not None:
+            out += [project / ".claude" / "settings.json", project / ".claude" / "settings.local.json"]
+        return out
+
+    def claude_managed_files(self) -> list[Path]:
+        """Claude Code's managed settings files, lowest precedence first: `managed-settings.json`, then the
+        drop-ins of `managed-settings.d/` in alphabetical order (each merged over the one before)."""
+        drop_ins = self.claude_managed / "managed-settings.d"
+        try:
+            names = sorted(n for n in os.listdir(drop_ins) if n.endswith(".json") and not n.startswith("."))
+        except OSError:
+            names = []
+        return [self.claude_managed / "managed-settings.json", *(drop_ins / n for n in names)]
 
     def dsh_layer(self, profile: str | None = None) -> Path:
         home = self.dsh_home()

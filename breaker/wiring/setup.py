@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -32,6 +33,7 @@ from breaker.wiring.files import (
     diff,
     read,
     read_backup,
+    remove_created_dirs,
 )
 from breaker.wiring.harnesses import (
     EXTRA_SETTINGS,
@@ -463,6 +465,8 @@ def main(argv: list[str]) -> int:
         for change in changed:
             for line in apply(change):
                 print(line, file=out)
+        for line in remove_created_dirs(changed) if options.remove else []:
+            print(line, file=out)
     except (SetupError, OSError) as exc:
         return fail(f"{exc}")
     for note in result.notes:
@@ -470,5 +474,19 @@ def main(argv: list[str]) -> int:
     if options.remove:
         print(f"{name} no longer asks the guard.", file=out)
     else:
-        print(f"{name} now asks the guard before every tool call. Check with: cbconsole doctor", file=out)
+        print(
+            f"{name} now asks the guard before every tool call. Check with: {doctor_command(options, args.home)}",
+            file=out,
+        )
     return 0
+
+
+def doctor_command(options: Options, home: str | None) -> str:
+    """The `cbconsole doctor` that checks what this setup run wrote, from any directory: its --home and
+    --project (absolute), quoted for the shell."""
+    words = ["cbconsole", "doctor"]
+    if home:
+        words += ["--home", str(options.places.home)]
+    if options.project is not None:
+        words += ["--project", str(options.project)]
+    return shlex.join(words)
