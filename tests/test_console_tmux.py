@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sys
 
 import pytest
@@ -53,3 +54,43 @@ def test_cbconsole_in_a_terminal_shows_a_loop_forming_and_interrupts_it(guard, t
     tmux.keys("q")
     tmux.wait_for("CONSOLE-EXITED")
     client.close()
+
+
+def test_attach_to_a_path_with_no_guard_says_none_is_there_names_the_path_and_attaches_once_one_answers(
+    guard_factory, tmux
+):
+    guard = guard_factory(start=False)  # its socket's path is known; nothing listens there yet
+    cmd = (
+        f"cd {ROOT} && env -u COLUMNS -u LINES {sys.executable} -m breaker.cli --attach {guard.socket}; "
+        "echo CONSOLE-EXITED; sleep 30"
+    )
+    tmux.start(cmd, width=300)
+    screen = tmux.wait_for("No guard there")  # the notice, at once
+    assert "guard starting" not in screen
+    # The header says so and keeps counting the seconds it has been retrying, naming the path it tries.
+    screen = tmux.wait_for(f"retrying 2 s: no guard at {guard.operator} (No such file or directory)")
+    assert "● guard unreachable" in screen.splitlines()[0]
+    guard.start()
+    tmux.wait_for("guard attached")
+    client = GuardClient(guard.socket, harness="dsh", timeout=30)
+    assert client.check("tmux-late", "read", {"path": "x"}).fallback is False
+    agent_row(tmux, "tmux-late", "dsh", "ok")  # attached for real: the guard's agents show
+    client.close()
+    tmux.keys("q")
+    tmux.wait_for("CONSOLE-EXITED")
+
+
+def test_replay_of_a_path_relative_to_the_current_directory_plays_that_file(tmux, tmp_path):
+    work = tmp_path / "work"
+    work.mkdir()
+    call = {"agent": "relative-replayer", "tool": "web_search", "args": {"query": "the same query"}}
+    (work / "calls.jsonl").write_text("".join(json.dumps(call) + "\n" for _ in range(9)))
+    cmd = (
+        f"cd {work} && env -u COLUMNS -u LINES {sys.executable} -m breaker.cli --replay calls.jsonl --speed 0 "
+        "--state none; echo CONSOLE-EXITED; sleep 30"
+    )
+    tmux.start(cmd)
+    tmux.wait_for("Replay finished.", timeout=60)
+    agent_row(tmux, "relative-replayer", "cbreplay", "duplicate")
+    tmux.keys("q")
+    tmux.wait_for("CONSOLE-EXITED")
