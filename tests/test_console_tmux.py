@@ -8,6 +8,7 @@ import sys
 import pytest
 
 from breaker.client import GuardClient
+from console.screens.help import ABOUT
 from tests.conftest import ROOT
 from tests.waits import eventually
 
@@ -92,5 +93,30 @@ def test_replay_of_a_path_relative_to_the_current_directory_plays_that_file(tmux
     tmux.start(cmd)
     tmux.wait_for("Replay finished.", timeout=60)
     agent_row(tmux, "relative-replayer", "cbreplay", "duplicate")
+    tmux.keys("q")
+    tmux.wait_for("CONSOLE-EXITED")
+
+
+def test_at_80x24_the_footer_offers_help_and_quit_and_the_help_box_fits_with_its_words_whole(guard, tmux):
+    cmd = (
+        f"cd {ROOT} && env -u COLUMNS -u LINES {sys.executable} -m breaker.cli --attach --socket {guard.socket}; "
+        "echo CONSOLE-EXITED; sleep 30"
+    )
+    tmux.start(cmd, width=80, height=24)
+    tmux.wait_for("guard attached")
+    screen = tmux.wait_for("q Quit")
+    footer = screen.rstrip("\n").splitlines()[-1]
+    assert "? Help" in footer and "q Quit" in footer, screen
+    tmux.keys("?")
+    screen = tmux.wait_for("what it does")
+    lines = screen.rstrip("\n").splitlines()
+    # The box: a border on both sides of every line it spans, all within the 80 columns.
+    box = [line for line in lines if line.startswith("█")]
+    assert len(box) >= 10 and all(len(line) <= 80 and line.rstrip().endswith("█") for line in box), screen
+    inside = " ".join(" ".join(line.strip("█").split()) for line in box)
+    assert " ".join(ABOUT.split()[:40]) in inside  # every word of the text whole, none cut at the edge
+    assert tmux.wait_for("esc Close").rstrip("\n").splitlines()[-1].split() == ["esc", "Close"]  # its own key
+    tmux.keys("Escape")
+    tmux.wait_for("q Quit")
     tmux.keys("q")
     tmux.wait_for("CONSOLE-EXITED")
