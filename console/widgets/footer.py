@@ -10,7 +10,7 @@ from textual.widgets import Footer
 
 __all__ = ["KEEP", "KeysFooter"]
 
-KEEP = frozenset({"help", "app.quit", "quit", "close", "cancel", "save", "apply"})
+KEEP = frozenset({"help", "app.quit", "quit", "back", "close", "cancel", "save", "apply"})
 """The actions a footer never lets go of: how to get help, how to get out, how to save a form."""
 
 
