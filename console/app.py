@@ -6,11 +6,14 @@ import asyncio
 import contextlib
 import gc
 import os
+import shlex
 import signal
 import sys
 import termios
 import time
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
 
 from rich.cells import cell_len
 from rich.segment import Segment
@@ -23,6 +26,7 @@ from textual.notifications import SeverityLevel
 from textual.screen import Screen
 from textual.widgets import DataTable
 
+from breaker.paths import default_operator_socket_path, default_socket_path
 from console.inert import inert, inert_lines, unsafe
 from console.keymap import keymap_path, load_keymap
 from console.screens.agent import AgentScreen
@@ -37,7 +41,7 @@ from console.themes import THEME_VARIABLES, load_themes
 from console.widgets.agents import AgentsTable
 from console.widgets.calls import CallTail
 
-__all__ = ["CBConsole", "InertLines", "keymap_scopes"]
+__all__ = ["CBConsole", "InertLines", "LeftRunning", "keymap_scopes"]
 
 # The terminal closed (SIGHUP: tmux kill-session, a dropped SSH session) or the console was told to end:
 # the quit policy applies without asking, as there may be no one left to ask.
@@ -57,6 +61,31 @@ def keymap_scopes() -> dict[str, list[Binding]]:
         "help": list(HelpScreen.BINDINGS),  # type: ignore[arg-type]
     }
     return {name: [b for b in (*bindings, *app) if isinstance(b, Binding)] for name, bindings in screens.items()}
+
+
+@dataclass(frozen=True, slots=True)
+class LeftRunning:
+    """The guard this console started and left running when it quit: what the terminal is told once the screen
+    is gone (which pid, the exact command that stops it, how to watch it again, its log)."""
+
+    pid: int
+    socket: Path  # its harness socket
+    operator_socket: Path
+    log: Path
+
+    def note(self) -> str:
+        """The lines printed after the console quit."""
+        attach = ["cbconsole", "--attach"]
+        if self.socket != default_socket_path():
+            attach += ["--socket", str(self.socket)]
+        if self.operator_socket != default_operator_socket_path(self.socket):
+            attach += ["--operator-socket", str(self.operator_socket)]
+        return (
+            f"cbconsole: the guard is still running (pid {self.pid}), serving harnesses on {self.socket}\n"
+            f"  stop it:     kill {self.pid}\n"
+            f"  watch it:    {shlex.join(attach)}\n"
+            f"  its log:     {self.log}"
+        )
 
 
 class InertLines(LineFilter):
@@ -103,6 +132,7 @@ class CBConsole(App[int]):
         self.theme_errors: list[str] = []
         self.keymap_errors: list[str] = []
         self._ending: asyncio.Task[None] | None = None
+        self.left_running: LeftRunning | None = None  # set when quitting left the guard this console started running
         self._inert_lines = InertLines()
 
     def get_line_filters(self) -> list[LineFilter]:
@@ -221,7 +251,11 @@ class CBConsole(App[int]):
         )
 
     async def shutdown(self, leave_running: bool = False) -> None:
-        await self.session.close(leave_running)
+        supervisor = self.session.supervisor
+        pid = supervisor.pid if supervisor is not None else None
+        if await self.session.close(leave_running) and supervisor is not None and pid is not None:
+            session = self.session
+            self.left_running = LeftRunning(pid, session.socket_path, session.operator_socket, supervisor.log_path)
         self.exit(0)
 
     # -- ending on a signal -------------------------------------------------------------------------

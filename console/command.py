@@ -178,12 +178,15 @@ def main(argv: list[str]) -> int:
         if isinstance(members, str):
             p.error(members)
         if len(members) == 1:
-            session = AttachedGuard(
-                socket_path if args.attach == [""] else members[0].operator_socket, members[0].operator_socket
-            )
+            name, sep, path = args.attach[0].partition("=")
+            given = path if sep and "/" not in name else args.attach[0]  # the path as the operator gave it
+            session = AttachedGuard(Path(given).expanduser() if given else socket_path, members[0].operator_socket)
         else:
             session = FleetSession(members)
     else:
         session = OwnGuard(socket_path, operator_socket, options, leave_running=args.leave_running)
     app = CBConsole(session, theme=args.theme, readonly=args.readonly)
-    return app.run() or 0
+    code = app.run() or 0
+    if app.left_running is not None:  # the screen is gone: say what still runs and how to stop it
+        print(app.left_running.note(), file=sys.stderr)
+    return code

@@ -1,96 +1,142 @@
 """Simulated agents for `cbconsole --demo`: they drive the real guard through the real client library.
 
-A healthy agent; one repeating a search like the seed's 555; one varying its args until the cap;
-one rewriting `description` on every call like the seed's first bug; a subagent looping apart from
-its parent. Run as its own process (`python -m console.demo --socket PATH`); it stops when its
-parent (the console) goes away.
+Healthy sessions, task after task, each with a subagent looping apart from it; one agent repeating a search like the
+seed's 555; one varying its args until the cap; one rewriting `description` on every call like the seed's first bug.
+Run as its own process (`python -m console.demo --socket PATH`); it stops when its parent (the console) goes away.
 """
 
 from __future__ import annotations
 
 import argparse
+import heapq
 import os
 import random
 import signal
 import sys
 import threading
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from typing import Any
 
 from breaker.client import GuardClient
 
-__all__ = ["SCRIPTS", "main"]
-
-Call = tuple[str, dict[str, Any]]
+__all__ = ["SCRIPTS", "TASK_CALLS", "DemoCall", "End", "Script", "main", "timeline"]
 
 
-def healthy() -> Iterator[Call]:
-    rng = random.Random(1)
-    files = [f"src/module_{n}.py" for n in range(60)] + ["README.md", "pyproject.toml"]
-    i = 0
-    while True:
-        i += 1
-        roll = rng.random()
-        if roll < 0.4:
-            yield "read", {"path": rng.choice(files)}
-        elif roll < 0.7:
-            yield "web_search", {"query": f"python asyncio unix socket example {i}"}
-        elif roll < 0.9:
-            yield "bash", {"command": f"pytest -q tests/test_{i % 7}.py", "description": "Run the tests"}
-        else:
-            yield "todo_write", {"todos": [{"content": f"step {i}", "status": "in_progress"}]}
+@dataclass(frozen=True, slots=True)
+class DemoCall:
+    """One tool call an agent makes (`parent`: the session a subagent belongs to)."""
+
+    agent: str
+    tool: str
+    args: dict[str, Any] = field(default_factory=dict)
+    parent: str | None = None
 
 
-def search_loop() -> Iterator[Call]:
+@dataclass(frozen=True, slots=True)
+class End:
+    """An agent's session ends: its harness tells the guard, which lets its window go (its row leaves the list)."""
+
+    agent: str
+
+
+Step = DemoCall | End
+
+# A healthy session's calls: its task, done well under the demo's cap (maxCallsPerAgent 150 in its patch layer). A
+# cap is a lifetime budget per session, so a healthy agent that never ended would meet any cap; a real one ends its
+# session and the next task is a session of its own.
+TASK_CALLS = 100
+SUBAGENT_FROM = 10  # the healthy call from which its task's subagent runs (and loops)
+_FILES = [f"src/module_{n}.py" for n in range(60)] + ["README.md", "pyproject.toml"]
+
+
+def healthy() -> Iterator[Step]:
+    """Task after task: a session whose calls all differ but for a test run now and then (never near the duplicate
+    limit), with a subagent that loops on one read two calls for each of its parent's; both end with the task."""
+    for task in range(1, 1_000_000):
+        agent = "session-demo-healthy" if task == 1 else f"session-demo-healthy-{task}"
+        sub = f"{0x3F2A9C1E + task - 1:08x}-demo-subagent"
+        reads = tests = 0
+        for i in range(TASK_CALLS):
+            kind = i % 10
+            if kind < 4:
+                yield DemoCall(agent, "read", {"path": _FILES[reads % len(_FILES)]})
+                reads += 1
+            elif kind < 7:
+                yield DemoCall(agent, "web_search", {"query": f"python asyncio unix socket example {task}.{i}"})
+            elif kind < 9:
+                yield DemoCall(agent, "bash", {"command": f"pytest -q tests/test_{tests % 7}.py", "description": "Run"})
+                tests += 1
+            else:
+                yield DemoCall(agent, "todo_write", {"todos": [{"content": f"step {i}", "status": "in_progress"}]})
+            if i >= SUBAGENT_FROM:
+                for _ in range(2):  # the seed's subagent: one read, over and over
+                    yield DemoCall(sub, "read", {"path": "/workspace/notes/brief.md"}, parent=agent)
+        yield End(sub)
+        yield End(agent)
+
+
+def search_loop() -> Iterator[Step]:
     while True:  # the seed's agent A: one query, 555 times
-        yield "web_search", {"query": "qwen3.8 gated deltanet repetition fix"}
+        yield DemoCall("session-demo-searcher", "web_search", {"query": "qwen3.8 gated deltanet repetition fix"})
 
 
-def varying_args() -> Iterator[Call]:
+def varying_args() -> Iterator[Step]:
     page = 0
     while True:  # slips past the duplicate check; only the cap stops it
         page += 1
-        yield "web_search", {"query": "llama.cpp key_gdiff", "page": page}
+        yield DemoCall("session-demo-pager", "web_search", {"query": "llama.cpp key_gdiff", "page": page})
 
 
-def description_rewriter() -> Iterator[Call]:
+def description_rewriter() -> Iterator[Step]:
     step = 0
     while True:  # the seed's first bug: ten identical commands, ten different descriptions
         step += 1
-        yield "bash", {"command": "echo cbprobe4", "description": f"Run probe step {step}"}
+        args = {"command": "echo cbprobe4", "description": f"Run probe step {step}"}
+        yield DemoCall("session-demo-prober", "bash", args)
 
 
-def subagent_loop() -> Iterator[Call]:
-    while True:
-        yield "read", {"path": "/workspace/notes/brief.md"}
+@dataclass(frozen=True, slots=True)
+class Script:
+    """One simulated harness connection: its harness, its steps per second, its steps."""
+
+    harness: str
+    rate: float
+    steps: Callable[[], Iterator[Step]]
 
 
-# agent id, parent, harness, calls per second, script
-SCRIPTS: list[tuple[str, str | None, str, float, Callable[[], Iterator[Call]]]] = [
-    ("session-demo-healthy", None, "dsh", 4.0, healthy),
-    ("session-demo-searcher", None, "dsh", 12.0, search_loop),
-    ("session-demo-pager", None, "claude-code", 30.0, varying_args),
-    ("session-demo-prober", None, "dsh", 3.0, description_rewriter),
-    ("3f2a9c1e-demo-subagent", "session-demo-healthy", "dsh", 6.0, subagent_loop),
+SCRIPTS: list[Script] = [
+    Script("dsh", 6.0, healthy),  # two healthy calls a second, and its subagent's four
+    Script("dsh", 12.0, search_loop),
+    Script("claude-code", 30.0, varying_args),
+    Script("dsh", 3.0, description_rewriter),
 ]
 
 
-def run_agent(
-    socket: str,
-    agent: str,
-    parent: str | None,
-    harness: str,
-    rate: float,
-    script: Callable[[], Iterator[Call]],
-    stop: threading.Event,
-) -> None:
-    client = GuardClient(socket, timeout=1.0, harness=harness)
-    period = 1.0 / rate
-    for tool, args in script():
+def timeline(seconds: float, scripts: list[Script] = SCRIPTS) -> Iterator[tuple[float, Script, Step]]:
+    """Every step the demo's agents take in their first `seconds`, in order, each at its script's pace (without the
+    live demo's jitter): (the demo's clock, the script, the step). What the demo does over an hour, in a moment."""
+    queue = [(0.0, n, iter(script.steps())) for n, script in enumerate(scripts)]
+    heapq.heapify(queue)
+    while queue:
+        at, n, steps = heapq.heappop(queue)
+        if at > seconds:
+            return
+        yield at, scripts[n], next(steps)
+        heapq.heappush(queue, (at + 1.0 / scripts[n].rate, n, steps))
+
+
+def run_agent(socket: str, script: Script, stop: threading.Event) -> None:
+    client = GuardClient(socket, timeout=1.0, harness=script.harness)
+    period = 1.0 / script.rate
+    for step in script.steps():
         if stop.is_set():
             break
-        extra = {"parent": parent} if parent else {}
-        client.check(agent, tool, args, harness=harness, **extra)
+        if isinstance(step, End):
+            client.agent_end(step.agent)
+            continue
+        extra = {"parent": step.parent} if step.parent else {}
+        client.check(step.agent, step.tool, step.args, harness=script.harness, **extra)
         stop.wait(period * random.uniform(0.7, 1.3))
     client.close()
 
@@ -102,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     parent = os.getppid()
-    threads = [threading.Thread(target=run_agent, args=(ns.socket, *spec, stop), daemon=True) for spec in SCRIPTS]
+    threads = [threading.Thread(target=run_agent, args=(ns.socket, script, stop), daemon=True) for script in SCRIPTS]
     for t in threads:
         t.start()
     while not stop.is_set():

@@ -90,19 +90,28 @@ class GuardLink:
         self._task = asyncio.create_task(self._run(), name="guard-link")
 
     async def _run(self) -> None:
-        """Subscribe; when the connection drops, say so and subscribe again as soon as the guard is back."""
+        """Subscribe; when the connection drops, say so and subscribe again as soon as the guard is back. Until a
+        guard answers, each failed attempt says why, where, and for how long it has been retrying."""
+        loop = asyncio.get_running_loop()
+        failing_since: float | None = None
+        gone = "no guard at"  # "lost the guard at" once one answered
         while True:
             if not self.client.connected:
                 if self.connected:
                     self.connected = False
-                    self.on_status("unreachable", f"lost the guard at {self.socket_path}; reconnecting")
+                    gone = "lost the guard at"
+                    self.on_status("unreachable", f"{gone} {self.socket_path}; reconnecting")
                 try:
                     await self.client.request(Subscribe(), timeout=2.0)
                     if self.following is not None:  # a new connection follows nothing yet
                         await self.client.request(Follow(agent=self.following), timeout=2.0)
-                except (GuardUnavailable, GuardError):
+                except (GuardUnavailable, GuardError) as exc:
+                    failing_since = loop.time() if failing_since is None else failing_since
+                    waited = loop.time() - failing_since
+                    self.on_status("unreachable", f"retrying {waited:.0f} s: {gone} {self.socket_path} ({exc})")
                     await asyncio.sleep(0.3)
                     continue
+                failing_since = None
                 self.connected = True
                 self.on_status("connected", "")
             await asyncio.sleep(0.2)

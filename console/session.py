@@ -175,8 +175,8 @@ class GuardSession:
         if status == "connected":
             owned = self.owns_guard
             state.set_guard_status("running" if owned else "attached", "" if owned else state.guard_note)
-        elif not (self.owns_guard and state.guard_status in ("restarting", "stopped")):
-            state.set_guard_status(status, note)  # the supervisor's word on its own guard wins
+        elif not (self.owns_guard and state.guard_status in ("starting", "restarting", "stopped")):
+            state.set_guard_status(status, note)  # the supervisor's word on its own guard wins (starting: binding)
 
     # -- end ----------------------------------------------------------------------------------------
 
@@ -233,6 +233,22 @@ class AttachedGuard(GuardSession):
         super().__init__()
         self.socket_path = socket_path
         self.operator_socket = operator_socket or default_operator_socket_path(socket_path)
+        self._told_absent = False  # that no guard answers there: said once (the header goes on counting seconds)
+
+    def _link_status(self, status: str, note: str) -> None:
+        super()._link_status(status, note)
+        if status == "connected":
+            self._told_absent = True  # a guard that goes away later is the header's to show
+        elif status == "unreachable" and not self._told_absent:
+            self._told_absent = True
+            of = f" (the operator socket of {self.socket_path})" if self.socket_path != self.operator_socket else ""
+            self._tell(
+                f"No guard answers at {self.operator_socket}{of}. cbconsole keeps trying, and attaches as soon as "
+                "one does.",
+                title="No guard there",
+                severity="warning",
+                timeout=20,
+            )
 
 
 @dataclass(frozen=True)

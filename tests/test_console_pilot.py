@@ -8,6 +8,7 @@ import signal
 from pathlib import Path
 
 from textual.command import CommandList, CommandPalette
+from textual.coordinate import Coordinate
 from textual.widgets import Select, Static, TextArea
 
 from breaker.client import GuardClient
@@ -97,7 +98,8 @@ async def test_agents_keys_trips_and_header_show_live_state(guard):
         assert table.get_row_index("looper-1") == 0  # most dangerous first
         keys = app.query_one(KeysTable)
         await eventually_async(lambda: keys.row_count >= 1, pilot=pilot)
-        assert [c.plain for c in keys.get_row_at(0)][:3] == ["6/6", "web_search", 'web_search query="the same"']
+        top = {str(column.value): keys.get_cell_at(Coordinate(0, i)).plain for i, column in enumerate(keys.columns)}
+        assert (top["count"], top["agent"], top["call"]) == ("6/6", "looper-1", 'web_search query="the same"')
         trips = app.query_one(TripsTable)
         await eventually_async(lambda: trips.row_count == 1, what="one trip", pilot=pilot)
         assert row_text(trips, "0")[1:] == ["looper-1", "duplicate", "web_search", "6/6"]

@@ -7,6 +7,7 @@ import os
 import shlex
 import shutil
 import signal
+import subprocess
 import sys
 import tempfile
 from collections.abc import Iterator
@@ -306,4 +307,28 @@ def test_a_kill_9_with_leave_running_leaves_the_guard_serving(term):
         eventually(lambda: not alive(console), what="the console to exit")
         assert request(term.socket, {"op": "ping", "id": 1})["pong"] and alive(guard)
     finally:
+        stop_left(guard)
+
+
+def test_leaving_the_guard_running_on_quit_says_which_pid_runs_and_the_command_that_stops_it(term):
+    term.start()
+    term.tmux.wait_for("guard running", timeout=60)
+    guard = term.child("breaker.headless")
+    dsh = GuardClient(term.socket, harness="dsh", timeout=30)
+    try:
+        assert dsh.check("leave-a", "read", {"p": 1}).fallback is False
+        term.tmux.wait_for("harnesses dsh 1")  # quitting asks: a harness uses the guard
+        term.tmux.keys("q")
+        term.tmux.wait_for("Leave the guard running")
+        term.tmux.keys("l")
+        screen = term.tmux.wait_for("CONSOLE-EXITED 0", timeout=60)
+        assert f"the guard is still running (pid {guard}), serving harnesses on {term.socket}" in screen
+        assert f"its log:     {term.log}" in screen
+        [stop] = [line.split(":", 1)[1].strip() for line in screen.splitlines() if line.strip().startswith("stop it:")]
+        assert stop == f"kill {guard}"
+        assert alive(guard) and request(term.socket, {"op": "ping", "id": 1})["pong"]
+        subprocess.run(shlex.split(stop), check=True)  # the command as printed stops it
+        eventually(lambda: not alive(guard), what="the guard to stop")
+    finally:
+        dsh.close()
         stop_left(guard)

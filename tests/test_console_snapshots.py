@@ -774,7 +774,7 @@ async def test_markup_in_agent_ids_tool_names_and_args_is_shown_literally_and_br
         assert "/tmp/[red]sock" in header and "[@click=app.quit]x[/]" in header
         assert f"tools {HOSTILE[1]}" in header
         keys = app.query_one(KeysTable)
-        assert any("[@click=app.quit]x[/]" in keys.get_row_at(i)[2].plain for i in range(keys.row_count))
+        assert any("[@click=app.quit]x[/]" in keys.get_row_at(i)[-1].plain for i in range(keys.row_count))  # the call
         assert app.query_one(TripsTable).row_count == len(HOSTILE)
         for name in HOSTILE:  # the detail line too, for each selected agent
             table.move_cursor(row=table.get_row_index(name))

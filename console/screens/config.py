@@ -8,13 +8,14 @@ import yaml
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Horizontal, VerticalScroll
+from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, Select, Static, Switch, TextArea
 
 from breaker.config import BY_KEY, PRESETS, SETTINGS, TOOL_KEYS, Config, ConfigError, Kind, Problem, Setting
 from console.inert import inert_lines
 from console.widgets.cells import plain
+from console.widgets.footer import KeysFooter
 
 __all__ = ["ConfigScreen", "help_line", "parse_field", "preset_note", "show_tools"]
 
@@ -129,9 +130,11 @@ class ConfigScreen(ModalScreen[dict[str, Any] | None]):
 
     DEFAULT_CSS = """
     ConfigScreen { align: center middle; }
-    ConfigScreen > VerticalScroll {
+    ConfigScreen > #dialog {
         width: 100; max-width: 100%; height: 90%; border: thick $primary; background: $surface; padding: 0 2;
     }
+    ConfigScreen #heading { height: auto; margin-top: 1; }
+    ConfigScreen #fields { height: 1fr; }
     ConfigScreen .row { height: auto; margin-top: 1; }
     ConfigScreen .name { width: 20; padding-top: 1; text-style: bold; }
     ConfigScreen Input { width: 1fr; }
@@ -141,7 +144,7 @@ class ConfigScreen(ModalScreen[dict[str, Any] | None]):
     ConfigScreen .note { color: $accent; height: auto; }
     ConfigScreen .problem { color: $error; height: auto; }
     ConfigScreen #where { color: $text-muted; margin-top: 1; }
-    ConfigScreen #buttons { height: auto; align-horizontal: right; margin: 1 0; }
+    ConfigScreen #buttons { height: auto; align-horizontal: right; margin: 1 0 0 0; }
     ConfigScreen Button { margin-left: 2; }
     """
     BINDINGS = [
@@ -171,57 +174,62 @@ class ConfigScreen(ModalScreen[dict[str, Any] | None]):
         self.readonly = readonly
 
     def compose(self) -> ComposeResult:
-        with VerticalScroll():
+        # The heading and the buttons stay in view; the ~30 fields scroll between them.
+        with Vertical(id="dialog"):
             heading = Text("Circuit-breaker config", style="bold")
             if self.title_text:
                 heading.append(" — ")
                 heading.append_text(plain(self.title_text))
             yield Static(heading, id="heading")
-            for setting in SETTINGS:
-                key = setting.key
-                # A patch-only key runs a program: the guard refuses it over a socket, so it is shown, not edited.
-                disabled = self.readonly or setting.patch_only
-                value = self.original[key]
-                with Horizontal(classes="row"):
-                    yield Label(key, classes="name")
-                    if setting.kind == "bool":
-                        yield Switch(value=bool(value), id=f"f-{key}", disabled=disabled)
-                    elif setting.kind == "choice":
-                        yield Select(
-                            [(Text(choice), choice) for choice in setting.choices],
-                            value=value if value in setting.choices else setting.default,
-                            allow_blank=False,
-                            id=f"f-{key}",
-                            disabled=disabled,
-                        )
-                    elif setting.kind == "tools":
-                        yield TextArea(
-                            show_tools(value),
-                            soft_wrap=False,
-                            id=f"f-{key}",
-                            disabled=disabled,
-                            placeholder="no overrides — e.g. bash: {repeatLimit: 6}",
-                        )
-                    else:
-                        yield Input(
-                            value=_show(value),
-                            id=f"f-{key}",
-                            type="integer" if setting.kind == "int" else "text",
-                            disabled=disabled,
-                        )
-                yield Static(Text(help_line(setting)), classes="help", id=f"h-{key}")
-                if setting.kind == "choice":
-                    yield Static(Text(self._note(self.preset)), classes="note", id=f"n-{key}")
-                yield Static("", classes="problem", id=f"p-{key}")
-            where = (
-                Text("Saved to ") + plain(self.target)
-                if self.target
-                else Text("No patch layer to save to (memory only)")
-            )
-            yield Static(where, id="where")
+            with VerticalScroll(id="fields"):
+                yield from self._fields()
             with Horizontal(id="buttons"):
                 yield Button("Cancel", id="cancel")
                 yield Button("Save (ctrl+s)", id="save", variant="primary", disabled=self.readonly)
+        yield KeysFooter()
+
+    def _fields(self) -> ComposeResult:
+        """Every setting: its field, its help, its note and its problem; where saving writes."""
+        for setting in SETTINGS:
+            key = setting.key
+            # A patch-only key runs a program: the guard refuses it over a socket, so it is shown, not edited.
+            disabled = self.readonly or setting.patch_only
+            value = self.original[key]
+            with Horizontal(classes="row"):
+                yield Label(key, classes="name")
+                if setting.kind == "bool":
+                    yield Switch(value=bool(value), id=f"f-{key}", disabled=disabled)
+                elif setting.kind == "choice":
+                    yield Select(
+                        [(Text(choice), choice) for choice in setting.choices],
+                        value=value if value in setting.choices else setting.default,
+                        allow_blank=False,
+                        id=f"f-{key}",
+                        disabled=disabled,
+                    )
+                elif setting.kind == "tools":
+                    yield TextArea(
+                        show_tools(value),
+                        soft_wrap=False,
+                        id=f"f-{key}",
+                        disabled=disabled,
+                        placeholder="no overrides — e.g. bash: {repeatLimit: 6}",
+                    )
+                else:
+                    yield Input(
+                        value=_show(value),
+                        id=f"f-{key}",
+                        type="integer" if setting.kind == "int" else "text",
+                        disabled=disabled,
+                    )
+            yield Static(Text(help_line(setting)), classes="help", id=f"h-{key}")
+            if setting.kind == "choice":
+                yield Static(Text(self._note(self.preset)), classes="note", id=f"n-{key}")
+            yield Static("", classes="problem", id=f"p-{key}")
+        where = (
+            Text("Saved to ") + plain(self.target) if self.target else Text("No patch layer to save to (memory only)")
+        )
+        yield Static(where, id="where")
 
     # -- the fields ---------------------------------------------------------------------------------
 
@@ -336,6 +344,9 @@ class ConfigScreen(ModalScreen[dict[str, Any] | None]):
             self.action_save()
         else:
             self.action_cancel()
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        return None if action == "save" and self.readonly else True  # greyed in the footer when read-only
 
     def action_save(self) -> None:
         if self.readonly:

@@ -10,6 +10,8 @@ from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Button, Static
 
+from console.widgets.footer import KeysFooter
+
 __all__ = ["Choice", "ConfirmScreen"]
 
 
@@ -48,6 +50,7 @@ class ConfirmScreen(ModalScreen[str | None]):
                 for choice in self.choices:
                     label = f"{choice.label} ({choice.key})" if choice.key else choice.label
                     yield Button(label, id=f"choice-{choice.value}", variant=choice.variant)  # type: ignore[arg-type]
+        yield KeysFooter()  # the dialog's own keys, not the screen's beneath it
 
     def on_mount(self) -> None:
         self.query(Button).first().focus()  # the safe choice: enter alone never does the destructive thing

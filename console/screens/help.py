@@ -13,6 +13,8 @@ from textual.containers import VerticalScroll
 from textual.screen import ModalScreen, Screen
 from textual.widgets import Static
 
+from console.widgets.footer import KeysFooter
+
 __all__ = ["HelpScreen", "keys_in_force"]
 
 ABOUT = (
@@ -41,7 +43,9 @@ def keys_in_force(screen: Screen[Any], bindings: Iterable[Binding | tuple[str, .
 class HelpScreen(ModalScreen[None]):
     DEFAULT_CSS = """
     HelpScreen { align: center middle; }
-    HelpScreen > VerticalScroll { width: 90; height: 80%; border: thick $primary; background: $surface; padding: 1 2; }
+    HelpScreen > VerticalScroll {
+        width: 100; max-width: 100%; height: 90%; border: thick $primary; background: $surface; padding: 1 2;
+    }
     """
     BINDINGS = [
         Binding("escape,q,question_mark", "close", "Close", id="help.close", tooltip="Close the help"),
@@ -69,6 +73,7 @@ class HelpScreen(ModalScreen[None]):
                 ),
                 id="help-close",
             )
+        yield KeysFooter()
 
     def action_close(self) -> None:
         self.dismiss(None)

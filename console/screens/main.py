@@ -13,7 +13,7 @@ from textual.app import ComposeResult, SystemCommand
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.screen import Screen
-from textual.widgets import Footer, Input, Static
+from textual.widgets import Input, Static
 
 from console.actions import Actions
 from console.inert import inert
@@ -30,6 +30,7 @@ from console.widgets.activity import ActivityChart
 from console.widgets.agents import AgentsTable
 from console.widgets.cells import plain
 from console.widgets.detail import AgentDetail
+from console.widgets.footer import KeysFooter
 from console.widgets.header import GuardHeader
 from console.widgets.keys import KeysTable
 from console.widgets.line import Line
@@ -200,7 +201,7 @@ class MainScreen(Screen[None]):
             with Vertical(id="trips-box"):
                 yield self.trips_title
                 yield self.trips_table
-        yield Footer()
+        yield KeysFooter()
 
     def on_mount(self) -> None:
         self.agents_table.focus()

@@ -13,6 +13,7 @@ from textual.widgets import Button, Input, Static
 
 from breaker.config import AGENT_LIMITS, BY_KEY
 from console.widgets.cells import plain
+from console.widgets.footer import KeysFooter
 
 __all__ = ["LABELS", "OverrideScreen", "parse_limits"]
 
@@ -94,6 +95,7 @@ class OverrideScreen(ModalScreen[dict[str, int | None] | None]):
             with Horizontal():
                 yield Button("Cancel", id="cancel")
                 yield Button("Apply (ctrl+s)", id="apply", variant="warning")
+        yield KeysFooter()  # the form's own keys, not the screen's beneath it
 
     def on_mount(self) -> None:
         self.query(Input).first().focus()

@@ -77,8 +77,9 @@ class GuardHeader(Static):
             if config.source:
                 line.append("   config from ", style=colors["muted"])
                 line.append_text(plain(config.source, style=colors["muted"]))
-            line.append("   socket ", style=colors["muted"])
-            line.append_text(plain(stats.socket))
+            if stats.socket:  # none before a guard answered: the note names the path tried
+                line.append("   socket ", style=colors["muted"])
+                line.append_text(plain(stats.socket))
 
         # The counts line, fullest first, each variant narrower: the first that fits the width is shown.
         width = self.content_size.width
