@@ -968,8 +968,8 @@ class Guard:
                 st.free.append(old_slot)
             else:
                 st.evict(agent, old, self._top_keys)
-        if not near and (rules.cap_warn or rules.tool_warn):  # a cap warning may still speak: the warning steps
-            c.set(rules, key, seen, limit, in_row, cap)  # run too, on what they read
+        if not near and (rules.tool_warn or (rules.cap_warn and st.calls > cap - rules.cap_warn)):
+            c.set(rules, key, seen, limit, in_row, cap)  # a cap warning may speak (cap_near's test): the steps run
             near = True
         if near and (warned := self._warned(c, st, agent, tool, call_id)) is not None:
             return warned
