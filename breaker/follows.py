@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
+from sys import intern
 from typing import Any
 
 from breaker.channel import AgentMeta, Channel
@@ -89,9 +90,10 @@ class Follows:
     # -- every agent's recent calls ---------------------------------------------------------------
 
     def settle(self) -> None:
-        """A tick: turn the calls the check put into agents' rings since the last tick into call rows (at most
-        RECENT an agent, however fast it called). An identical call after its twin reuses its strings: a looping
-        agent costs no preview."""
+        """A tick: look at the calls the check put into agents' rings since the last tick (at most RECENT an
+        agent, however fast it called). A call with a few short args is kept as it is (its row is made when a
+        console opens the agent: no preview is built for calls nobody looks at); any other is made a row now, so
+        that no agent's ring holds large args."""
         fresh, meta = self.fresh, self.meta
         for agent in fresh:
             m = meta.get(agent)
@@ -100,13 +102,30 @@ class Follows:
         fresh.clear()
 
     def recent(self, agent: str) -> list[CallRow]:
-        """`agent`'s last RECENT calls (fewer if it made fewer), oldest first, as call rows."""
+        """`agent`'s last RECENT calls (fewer if it made fewer), oldest first, as call rows (kept as rows from now)."""
         m = self.meta.get(agent)
         if m is None or not m.made:
             return []
         _settle(m)
         ring, at = m.recent, m.made % RECENT
-        return ring[at:] + ring[:at] if len(ring) == RECENT else list(ring)
+        ordered = ring[at:] + ring[:at] if len(ring) == RECENT else ring[:]
+        rows: list[CallRow] = []
+        twin: tuple[Kept, CallRow] | None = None  # the call kept as it was just before, and its row
+        for e in ordered:
+            if type(e) is CallRow:
+                rows.append(e)
+                twin = None
+                continue
+            now, tool, args, decision, count, limit, rule, key = e
+            if twin is not None and key is not None and key == twin[0][7] and tool == twin[0][1] and args == twin[0][2]:
+                text = twin[1].preview  # the same call again (a loop): the same string
+            else:
+                text = preview(tool, args)
+            row = CallRow(time=now, tool=tool, preview=text, decision=decision, count=count, limit=limit, rule=rule)
+            rows.append(row)
+            twin = (e, row)
+        ring[:] = rows[RECENT - at :] + rows[: RECENT - at] if len(ring) == RECENT else rows
+        return rows
 
     def push(self, changed: set[str]) -> None:
         """A tick: each following connection gets its agent's calls since the last push (and its window's
@@ -144,16 +163,9 @@ def call_row(now: float, req: Check, v: Any, judged: Judged | None) -> CallRow:
     else:
         text = judged.preview if judged is not None else preview(req.tool, req.args)
     return CallRow(
-        time=now, tool=req.tool, preview=text, decision=_decision(v), count=v.count, limit=v.limit, rule=v.rule or ""
-    )
-
-
-def call_row_from(same: CallRow, now: float, v: Any) -> CallRow:
-    """The row of a call identical to `same`'s (its tool and preview), as `v` decided it."""
-    return CallRow(
         time=now,
-        tool=same.tool,
-        preview=same.preview,
+        tool=intern(req.tool),
+        preview=text,
         decision=_decision(v),
         count=v.count,
         limit=v.limit,
@@ -170,23 +182,40 @@ def _decision(v: Any) -> Outcome:
     return "allow" if v.counted else "pass"
 
 
+# A call kept as it was until someone looks: time, tool, args, decision, count, limit, rule, key (its digest).
+Kept = tuple[float, str, Any, Outcome, int, int, str, "int | None"]
+
+
 def _settle(m: AgentMeta) -> None:
-    """Turn `m`'s calls put in since its last settle (the newest, at most RECENT) into call rows."""
+    """`m`'s calls put in since its last settle (the newest, at most RECENT): each kept as it was (`Kept`: no
+    request, no verdict, the tool's name shared) when its args are a few short values (`_small`), else made a
+    call row. Either costs a few hundred bytes."""
     made, ring = m.made, m.recent
-    twin: tuple[Check, Any, CallRow] | None = None  # the call before, while it is one of this settle's
     for n in range(max(m.settled, made - RECENT), made):
         now, req, v, judged = ring[n % RECENT]
-        if (
-            twin is not None
-            and v.key is not None
-            and v.key == twin[1].key
-            and judged is None
-            and req.tool == twin[0].tool
-            and req.args == twin[0].args
-        ):  # the same call again (a loop): its strings are its twin's
-            row = call_row_from(twin[2], now, v)
+        if judged is None and not req.args_unserializable and _small(req.args):
+            kept: Kept = (now, intern(req.tool), req.args, _decision(v), v.count, v.limit, v.rule or "", v.key)
+            ring[n % RECENT] = kept
         else:
-            row = call_row(now, req, v, judged)
-        ring[n % RECENT] = row
-        twin = (req, v, row)
+            ring[n % RECENT] = call_row(now, req, v, judged)
     m.settled = made
+
+
+def _small(args: Any) -> bool:
+    """Args that cost about what their preview would to keep: none, or at most 4 values, each a string of at most
+    200 characters or a number, a boolean or null (a client's integer may be of any size: at most 64 bits here)."""
+    if args is None:
+        return True
+    if type(args) is not dict or len(args) > 4:
+        return False
+    for x in args.values():
+        t = type(x)
+        if t is str:
+            if len(x) > 200:
+                return False
+        elif t is int:
+            if x.bit_length() > 64:
+                return False
+        elif t is not float and t is not bool and x is not None:
+            return False
+    return True

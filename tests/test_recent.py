@@ -89,16 +89,22 @@ def test_a_second_console_on_an_agent_already_followed_is_told_which_calls_came_
     assert (len(event["calls"]), event["earlier"]) == (2, 2)
 
 
-def test_the_check_only_puts_what_it_holds_in_the_ring_and_the_tick_makes_rows_of_at_most_recent():
+def test_the_check_only_puts_what_it_holds_in_the_ring_and_the_tick_makes_rows_of_large_args_only():
     g = Guardian(Config().replace(max_calls_per_agent=0))
     harness = g.conn()
     for i in range(RECENT * 3):
-        harness.send(check(i, "a", "read", {"path": f"/{i}", "blob": "x" * 5000}))
-    meta = g.session.meta["a"]
-    assert len(meta.recent) == RECENT and not any(isinstance(e, CallRow) for e in meta.recent)
+        harness.send(check(i, "big", "write", {"path": f"/{i}", "content": "x" * 5000}))
+        harness.send(check(i, "small", "read", {"path": f"/{i}", "limit": 10}))
+    big, small = g.session.meta["big"], g.session.meta["small"]
+    assert len(big.recent) == len(small.recent) == RECENT
+    assert not any(isinstance(e, CallRow) for e in big.recent + small.recent)  # no preview on the check's path
     g.session.tick(0.0)
-    assert len(meta.recent) == RECENT and all(isinstance(e, CallRow) for e in meta.recent)
-    assert max(len(e.preview) for e in meta.recent) == 100  # the args are not kept: a preview is
+    assert all(isinstance(e, CallRow) for e in big.recent)  # large args are not kept: a preview of them is
+    assert max(len(e.preview) for e in big.recent) == 100
+    assert not any(isinstance(e, CallRow) for e in small.recent)  # a few short args: kept until someone looks
+    rows = g.session.follows.recent("small")
+    assert [r.preview for r in rows][-1] == f'read path="/{RECENT * 3 - 1}" limit=10'
+    assert all(isinstance(e, CallRow) for e in small.recent)  # made rows once
 
 
 def test_a_looping_agents_identical_calls_share_one_preview_in_memory():
@@ -107,8 +113,19 @@ def test_a_looping_agents_identical_calls_share_one_preview_in_memory():
     for i in range(RECENT):
         harness.send(check(i, "a", "web_search", {"query": "qwen loops"}))
     g.session.tick(0.0)
-    rows = g.session.meta["a"].recent
+    rows = g.session.follows.recent("a")
     assert len({id(r.preview) for r in rows}) == 1 and rows[-1].preview == 'web_search query="qwen loops"'
+    assert [r.count for r in rows] == list(range(1, RECENT + 1))
+
+
+def test_a_call_with_args_the_harness_could_not_send_shows_so_in_the_recent_calls():
+    g = Guardian()
+    harness, op = g.conn(), g.conn("operator")
+    harness.ask(check(1, "a", "t", None, args_unserializable=True))
+    harness.ask(check(2, "a", "t", [1, 2, 3]))
+    op.ask({"op": "follow", "id": 3, "agent": "a"})
+    (event,) = events(op, "calls")
+    assert [c["preview"] for c in event["calls"]] == ["(args that could not be serialized)", "t [1,2,3]"]
 
 
 def test_an_agent_the_guard_forgets_takes_its_recent_calls_with_it():
