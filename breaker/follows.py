@@ -192,20 +192,22 @@ def _settle(m: AgentMeta) -> None:
     call row. Either costs a few hundred bytes."""
     made, ring = m.made, m.recent
     for n in range(max(m.settled, made - RECENT), made):
-        now, req, v, judged = ring[n % RECENT]
-        if judged is None and not req.args_unserializable and _small(req.args):
-            kept: Kept = (now, intern(req.tool), req.args, _decision(v), v.count, v.limit, v.rule or "", v.key)
-            ring[n % RECENT] = kept
+        at = n % RECENT
+        now, req, v, judged = ring[at]
+        args = req.args
+        if judged is None and not req.args_unserializable and (args is None or _small(args)):
+            allowed, _, _, count, limit, _, counted, key, warning, rule = v  # a Verdict, unpacked in one step
+            decision: Outcome = ("warn" if warning else "allow" if counted else "pass") if allowed else "deny"
+            kept: Kept = (now, intern(req.tool), args, decision, count, limit, rule or "", key)
+            ring[at] = kept
         else:
-            ring[n % RECENT] = call_row(now, req, v, judged)
+            ring[at] = call_row(now, req, v, judged)
     m.settled = made
 
 
 def _small(args: Any) -> bool:
-    """Args that cost about what their preview would to keep: none, or at most 4 values, each a string of at most
+    """Args (not None) that cost about what their preview would to keep: at most 4 values, each a string of at most
     200 characters or a number, a boolean or null (a client's integer may be of any size: at most 64 bits here)."""
-    if args is None:
-        return True
     if type(args) is not dict or len(args) > 4:
         return False
     for x in args.values():
