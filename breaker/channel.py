@@ -117,9 +117,11 @@ class AgentMeta:
     """What the harness told the guard about an agent, the connections that checked for it, and its recent calls.
 
     `recent` is a ring of its last `breaker.follows.RECENT` calls, kept for every agent (a console that opens it
-    sees them at once): the check puts in what it already holds (clock, request, verdict, judged args) and the
-    next tick turns those into call rows (`Follows.settle`), so no preview is built on the check's path. `made`
-    counts the calls put in (the ring's next place is `made % RECENT`); `settled`, how many of them are rows."""
+    sees them at once): the check puts in what it already holds (clock, request, verdict, judged args), the next
+    tick keeps a call of a few short args without the request and the verdict and makes a call row of any other
+    (`Follows.settle`), and a console's follow makes rows of the rest (`Follows.recent`): no preview is built on
+    the check's path. `made` counts the calls put in (the ring's next place is `made % RECENT`); `settled`, how
+    many of them the tick has looked at."""
 
     harness: str
     parent: str | None
