@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
+from typing import Any
 
 from breaker.protocol import HARNESS, TripRow
 from breaker.vocab import Plane
@@ -37,6 +38,7 @@ class Channel:
         "close_reason",
         "closing",
         "eof",
+        "follow_base",
         "follow_seq",
         "following",
         "harness",
@@ -69,6 +71,7 @@ class Channel:
         self.close_reason = ""
         self.following: str | None = None  # the agent whose calls this connection follows
         self.follow_seq = 0  # the number of the last of its calls sent here (-1: send its keys again)
+        self.follow_base = 0  # the number of the agent's last call when this connection began to follow it
 
     def take_output(self) -> bytes:
         """Everything that may be written now: events, then replies up to the first one still waiting."""
@@ -111,11 +114,21 @@ class Subscription:
 
 @dataclass(slots=True)
 class AgentMeta:
-    """What the harness told the guard about an agent, and the connections that checked for it."""
+    """What the harness told the guard about an agent, the connections that checked for it, and its recent calls.
+
+    `recent` is a ring of its last `breaker.follows.RECENT` calls, kept for every agent (a console that opens it
+    sees them at once): the check puts in what it already holds (clock, request, verdict, judged args), the next
+    tick keeps a call of a few short args without the request and the verdict and makes a call row of any other
+    (`Follows.settle`), and a console's follow makes rows of the rest (`Follows.recent`): no preview is built on
+    the check's path. `made` counts the calls put in (the ring's next place is `made % RECENT`); `settled`, how
+    many of them the tick has looked at."""
 
     harness: str
     parent: str | None
     channels: set[Channel] = field(default_factory=set)
+    recent: list[Any] = field(default_factory=list)
+    made: int = 0
+    settled: int = 0
 
 
 def drop_meta(meta: dict[str, AgentMeta], agent: str) -> None:

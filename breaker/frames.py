@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import itertools
 import logging
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from breaker.channel import AgentMeta, Channel, Slot, Subscription
+from breaker.channel import MAX_TRIPS_BEHIND, AgentMeta, Channel, Slot, Subscription
 from breaker.engine import Guard
 from breaker.follows import Follows
 from breaker.protocol import (
@@ -26,11 +27,12 @@ from breaker.protocol import (
 )
 from breaker.stats import StatsBoard
 
-__all__ = ["DROP_AFTER", "ROWS_PER_PART", "Subscribers"]
+__all__ = ["DROP_AFTER", "RECENT_TRIPS", "ROWS_PER_PART", "Subscribers"]
 
 log = logging.getLogger("cbconsole.guard")
 
 DROP_AFTER = 10.0  # seconds a subscriber may stay behind before it is dropped
+RECENT_TRIPS = MAX_TRIPS_BEHIND  # trips the guard keeps (and saves), sent to a console when it subscribes
 ROWS_PER_PART = 25  # agent rows per state-frame part: one part takes a few hundred microseconds to build
 
 
@@ -78,7 +80,8 @@ class Subscribers:
         self.config_frame = ConfigFrame(values=guard.config.to_mapping())
         self.changed: set[str] = set()
         self.gone: set[str] = set()
-        self.trips: list[TripRow] = []
+        self.trips: list[TripRow] = []  # since the last tick
+        self.recent_trips: deque[TripRow] = deque(maxlen=RECENT_TRIPS)  # the last RECENT_TRIPS, ticked or not
         self.config_changed = False
         self.seq = 0
         self.snapshots: deque[_SnapshotWork] = deque()
@@ -87,7 +90,11 @@ class Subscribers:
     # -- ops ------------------------------------------------------------------------------------
 
     def subscribe(self, ch: Channel, req: Subscribe) -> bytes:
-        ch.sub = Subscription(fill=deque(self.known_ids()))  # the first frames: the full picture
+        # The first frames: the full picture, its first part with the recent trips (those the next tick hands
+        # every subscriber are left to it).
+        before = max(0, len(self.recent_trips) - len(self.trips))
+        trips = deque(itertools.islice(self.recent_trips, before), maxlen=MAX_TRIPS_BEHIND)
+        ch.sub = Subscription(fill=deque(self.known_ids()), trips=trips)
         ch.role = ch.role or "console"
         return Done(tick=self.tick_interval).encode(req.id)
 
@@ -102,6 +109,11 @@ class Subscribers:
         ids = deque(self.known_ids())
         self.snapshots.append(_SnapshotWork(ch, slot, req.id, ids, [], req.top))
         return slot
+
+    def trip(self, row: TripRow) -> None:
+        """An agent tripped: the next tick hands it to every subscriber, and it is one of the recent trips."""
+        self.trips.append(row)
+        self.recent_trips.append(row)
 
     def set_config(self, frame: ConfigFrame) -> None:
         """The config in force and where it came from changed (the transport loaded the layers)."""
@@ -147,6 +159,8 @@ class Subscribers:
         stats_changed = signature != self._stats_sent
         self._stats_sent = signature
         self.seq += 1
+        if self.follows.fresh:
+            self.follows.settle()
         if self.follows.agents:
             self.follows.push(changed)
         for ch in subscribers:

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from breaker.jobs import DurableJob
+from breaker.protocol import TripRow
 from breaker.session import ServerSession
 from breaker.store import GuardRecord, StateStore
 
@@ -75,6 +76,10 @@ class StateKeeper:
                 warnings=record.warnings,
                 windows=loaded.windows,
                 overrides=record.overrides,
+            )
+            session.frames.recent_trips.extend(
+                TripRow(time=t, agent=a, kind=k, tool=tool, count=n, limit=limit)
+                for t, a, k, tool, n, limit in record.trips
             )
             log.info(
                 "state restored from %s: %d agent(s), %d interrupt(s)%s",
@@ -141,6 +146,7 @@ class StateKeeper:
         for agent, reason, denies in guard.interrupts():
             m = meta.get(agent)
             interrupts.append((agent, reason, denies, m.harness if m else "", m.parent if m else None))
+        trips = [(t.time, t.agent, t.kind, t.tool, t.count, t.limit) for t in self.session.frames.recent_trips]
         return GuardRecord(
-            guard.paused, guard.checks, dict(guard.denies), interrupts, guard.warnings, guard.overrides()
+            guard.paused, guard.checks, dict(guard.denies), interrupts, guard.warnings, guard.overrides(), trips
         )

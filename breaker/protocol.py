@@ -1042,13 +1042,15 @@ class CallRow:
 @dataclass(slots=True, kw_only=True)
 class CallsEvent:
     """Pushed to a connection that follows `agent`: its calls since the last event (oldest first), the
-    repeated keys in its window now, and how many calls it missed while it read nothing."""
+    repeated keys in its window now, how many calls it missed while it read nothing, and (in the first event
+    of a follow) how many of `calls` it made before the follow began: its recent calls."""
 
     agent: str
     calls: list[CallRow] = field(default_factory=list)
     keys: list[KeyRow] = field(default_factory=list)
     distinct: int = 0  # distinct keys in its window
     dropped: int = 0
+    earlier: int = 0  # the first `earlier` of `calls` were made before this follow began
 
     def encode(self) -> bytes:
         return encode_frame(
@@ -1059,6 +1061,7 @@ class CallsEvent:
                 "keys": self.keys,
                 "distinct": self.distinct,
                 "dropped": self.dropped,
+                "earlier": self.earlier,
             }
         )
 

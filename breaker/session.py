@@ -23,7 +23,7 @@ from breaker import __version__
 from breaker.changes import OperatorChanges
 from breaker.channel import AgentMeta, Channel, Slot, drop_meta
 from breaker.engine import DENY_KINDS, Guard
-from breaker.follows import Follows
+from breaker.follows import RECENT, Follows
 from breaker.frames import ROWS_PER_PART, Subscribers
 from breaker.hookwire import serve as serve_hook
 from breaker.jobs import DecisionJob, IncidentJob, Job, JudgeJob
@@ -116,7 +116,7 @@ class ServerSession:
         self.jobs: deque[Job] = deque()
         self.meta: dict[str, AgentMeta] = {}
         self.stats = StatsBoard(pid=pid, started=clock())  # the transport attaches its parts
-        self.follows = Follows(guard, self.woken)
+        self.follows = Follows(guard, self.woken, self.meta)
         self.frames = Subscribers(
             guard,
             meta=self.meta,
@@ -144,6 +144,7 @@ class ServerSession:
         self._changed = self.frames.changed
         self._unsaved = self.persist.agents
         self._followed = self.follows.agents
+        self._fresh = self.follows.fresh
         # For the metrics: counts kept as checks are answered, and (while `timer` is set, a monotonic clock
         # in seconds) the server's time per check. `export_decisions`: queue a DecisionJob per deny and warning.
         self.tally = Tally(DENY_KINDS, tuple(k for k in DENY_KINDS if k != "interrupted"))
@@ -416,6 +417,15 @@ class ServerSession:
         v = self.guard.check(
             agent, req.tool, req.args, now, unjudgeable=req.args_unserializable, call_id=req.call_id, judged=judged
         )
+        # Its recent calls, kept for every agent: what the check already holds goes into its ring, and the next
+        # tick makes rows of it (Follows.settle): no preview is built here.
+        made = meta.made
+        if made < RECENT:
+            meta.recent.append((now, req, v, judged))
+        else:
+            meta.recent[made % RECENT] = (now, req, v, judged)
+        meta.made = made + 1
+        self._fresh.add(agent)
         if self._followed and agent in self._followed:
             Follows.record(self._followed[agent], req, v, now, judged)
         if v.counted or not v.allowed:
@@ -486,7 +496,8 @@ class ServerSession:
     def _trip(self, agent: str, tool: str, kind: str, count: int, limit: int, now: float) -> None:
         self.tally.trips[kind] = self.tally.trips.get(kind, 0) + 1
         self.jobs.append(IncidentJob(kind=kind, tool=tool, count=count, limit=limit, agent=agent, when=now))
-        self.frames.trips.append(TripRow(time=now, agent=agent, kind=kind, tool=tool, count=count, limit=limit))
+        self.frames.trip(TripRow(time=now, agent=agent, kind=kind, tool=tool, count=count, limit=limit))
+        self.persist.guard_changed = True  # the recent trips are saved with the guard's record
         log.info("trip %s: agent %r, tool %r, %d/%d", kind, agent, tool, count, limit)
 
     # -- agents and the harness ops ----------------------------------------------------------------------------------

@@ -106,6 +106,8 @@ class GuardRecord:
     )  # agent, reason, denies, harness, parent
     warnings: int = 0
     overrides: dict[str, dict[str, int]] = field(default_factory=dict)  # the operator's per-agent limits
+    trips: list[tuple[float, str, str, str, int, int]] = field(default_factory=list)  # the recent trips, oldest
+    # first: time, agent, kind, tool, count, limit
 
 
 @dataclass(slots=True)
@@ -181,6 +183,8 @@ def encode_guard(record: GuardRecord) -> bytes:
     }
     if record.overrides:
         body["overrides"] = record.overrides
+    if record.trips:
+        body["trips"] = record.trips
     return _frame(_GUARD, "", orjson.dumps(body))
 
 
@@ -267,7 +271,12 @@ def _decode_guard(body: memoryview) -> GuardRecord:
         str(agent): {str(k): int(v) for k, v in limits.items()}
         for agent, limits in (obj.get("overrides") or {}).items()
     }
-    return GuardRecord(bool(obj.get("paused")), int(obj.get("checks") or 0), denies, interrupts, warnings, overrides)
+    trips = [
+        (float(t), str(a), str(k), str(tool), int(n), int(limit)) for t, a, k, tool, n, limit in obj.get("trips") or ()
+    ]
+    return GuardRecord(
+        bool(obj.get("paused")), int(obj.get("checks") or 0), denies, interrupts, warnings, overrides, trips
+    )
 
 
 def _last_spans(data: Any) -> list[tuple[int, int]]:

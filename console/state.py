@@ -258,6 +258,9 @@ class ConsoleState:
         self.guards = [ConsoleGuard(n, name) for n, name in enumerate(guards or [""])]
         self.agents: dict[str, ConsoleAgent] = {}
         self.trips: deque[TripRow] = deque(maxlen=MAX_TRIPS)  # with several guards: each `agent` is a key
+        # The trips in `trips`, as (time, agent key, kind): a guard sends its recent trips to each new subscription
+        # (this console's first, and again after a reconnect or a restart of the guard); one already here is not new.
+        self._trip_keys: set[tuple[float, str, str]] = set()
         self.trips_seen = 0
         self.new_trips = 0  # trips since the screen last took them (for the log)
         self.version = 0  # see changed()
@@ -309,8 +312,18 @@ class ConsoleState:
         if frame.top_keys is not None:
             keys = list(frame.top_keys)
             view.top_keys = [replace(k, agent=agent_key(guard, k.agent, fleet=True)) for k in keys] if fleet else keys
+        trips, seen = self.trips, self._trip_keys
         for trip in frame.trips:
-            self.trips.append(replace(trip, agent=agent_key(guard, trip.agent, fleet=True)) if fleet else trip)
+            if fleet:
+                trip = replace(trip, agent=agent_key(guard, trip.agent, fleet=True))
+            key = (trip.time, trip.agent, trip.kind)
+            if key in seen:
+                continue
+            if len(trips) == trips.maxlen:
+                old = trips[0]
+                seen.discard((old.time, old.agent, old.kind))
+            seen.add(key)
+            trips.append(trip)
             self.trips_seen += 1
             self.new_trips += 1
         if frame.stats is not None:

@@ -99,6 +99,10 @@ PROMISES = {
         rf"{name}\s+per call: {_MS_ROW}"
         for name in ("langgraph", "openai-agents", "pydantic-ai", "smolagents", "crewai")
     ],
+    "bench_recent.py": [
+        r"recent calls, [\d,]+ agents: [\d,]+ bytes an agent as the tick keeps them \([\d.]+ MiB\), [\d,]+ bytes",
+        r"check median [\d.]+ us; the tick per call it turns median [\d.]+ us p99 [\d.]+ us; ratio to a check [\d.]+x",
+    ],
     "bench_replay.py": [
         r"median\s+[\d.]+ us/call\s+p99\s+[\d.]+ us/call\s+= [\d,]+k calls/s",
         r"bare loop over the parsed calls\s+median\s+[\d.]+ us/call\s+ratio\s+[\d.]+x",

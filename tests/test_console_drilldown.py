@@ -48,9 +48,10 @@ async def test_enter_opens_the_agent_its_calls_arrive_live_with_decision_and_esc
         await asyncio.to_thread(loop, guard, "quiet", 1, "read", {"path": "q"})
         await asyncio.to_thread(loop, guard, "looper", 2, harness="dsh", parent="root-7")
         screen = await open_agent(pilot, app, "looper")
+        assert screen.follow.earlier == 2  # the two calls it made before it was opened come first
         await asyncio.to_thread(loop, guard, "looper", 6, harness="dsh", parent="root-7")
-        await eventually_async(lambda: len(screen.follow.calls) == 6, what="six calls in the tail", pilot=pilot)
-        calls = list(screen.follow.calls)
+        await eventually_async(lambda: screen.follow.since == 6, what="six calls in the tail", pilot=pilot)
+        calls = list(screen.follow.calls)[2:]
         assert [c.decision for c in calls] == ["allow"] * 4 + ["deny", "deny"]
         assert (calls[4].count, calls[4].limit, calls[4].rule) == (6, 6, "duplicate")
         assert calls[0].preview == 'web_search query="the same"'
@@ -78,7 +79,7 @@ async def test_the_tail_draws_the_visible_calls_and_the_cursor_leaves_and_rejoin
         client = GuardClient(guard.socket, timeout=30)
         await asyncio.to_thread(lambda: [client.check("busy", "read", {"path": str(i)}) for i in range(1, 61)])
         client.close()
-        await eventually_async(lambda: screen.follow.received == 60, what="sixty calls", pilot=pilot)
+        await eventually_async(lambda: screen.follow.since == 60, what="sixty calls", pilot=pilot)
         tail = app.screen.query_one(CallTail)
         await eventually_async(
             lambda: "(60 since opened" in str(screen.calls_title.content), what="the sixty calls drawn", pilot=pilot
@@ -155,7 +156,7 @@ async def test_interrupt_and_exempt_from_the_drill_down_act_on_that_agent_and_th
         await asyncio.to_thread(loop, guard, "target", 1, "grep", {"p": "x"})
         screen = await open_agent(pilot, app, "target")
         await asyncio.to_thread(loop, guard, "target", 1, "grep", {"p": "y"})
-        await eventually_async(lambda: screen.follow.received == 1, what="the call", pilot=pilot)
+        await eventually_async(lambda: screen.follow.since == 1, what="the call", pilot=pilot)
         await pilot.press("x")
         await eventually_async(
             lambda: isinstance(app.screen, ConfirmScreen), what="the exempt confirmation", pilot=pilot
@@ -178,7 +179,7 @@ async def test_interrupt_and_exempt_from_the_drill_down_act_on_that_agent_and_th
         denied = await asyncio.to_thread(loop, guard, "target", 1, "read", {"path": "z"})
         assert denied[0].kind == "interrupted"
         await eventually_async(
-            lambda: screen.follow.received == 2 and screen.follow.calls[-1].decision == "deny", pilot=pilot
+            lambda: screen.follow.since == 2 and screen.follow.calls[-1].decision == "deny", pilot=pilot
         )
 
 
@@ -223,7 +224,7 @@ async def test_a_read_only_console_follows_an_agent_but_cannot_change_it(guard):
         await asyncio.to_thread(loop, guard, "watched", 1)
         screen = await open_agent(pilot, app, "watched")
         await asyncio.to_thread(loop, guard, "watched", 1)
-        await eventually_async(lambda: screen.follow.received == 1, what="its call", pilot=pilot)
+        await eventually_async(lambda: screen.follow.since == 1, what="its call", pilot=pilot)
         for key in ("o", "i", "r", "x"):
             await pilot.press(key, "question_mark")  # keys are handled in order: help opens right on the drill-down
             await eventually_async(lambda: isinstance(app.screen, HelpScreen), what=f"help after {key}", pilot=pilot)
@@ -250,7 +251,7 @@ async def test_after_the_guard_restarts_the_open_drill_down_follows_the_agent_ag
             pilot=pilot,
         )
         await asyncio.to_thread(loop, guard, "survivor", 1, "read", {"path": "probe"})
-        await eventually_async(lambda: screen.follow.received == 1, what="the probe in the tail", pilot=pilot)
+        await eventually_async(lambda: screen.follow.since == 1, what="the probe in the tail", pilot=pilot)
         await asyncio.to_thread(loop, guard, "survivor", 3, "grep", {"p": "after"})
 
         def greps() -> list[tuple[str, int]]:

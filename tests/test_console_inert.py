@@ -207,7 +207,7 @@ async def test_every_screen_draws_hostile_ids_tools_args_and_harnesses_inert(tmp
             await asyncio.to_thread(harness.check, AGENT, TOOL, ARGS, parent=PARENT)  # one more, while followed
             await eventually_async(lambda: len(drill.follow.calls) >= 1, what="its calls followed", pilot=pilot)
             await eventually_async(
-                lambda: f"({drill.follow.received:,} since opened" in text_of(drill.calls_title),
+                lambda: f"({drill.follow.since:,} since opened" in text_of(drill.calls_title),
                 what="the drill-down drawn with its calls",
                 pilot=pilot,
             )

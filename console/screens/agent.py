@@ -232,7 +232,8 @@ class AgentScreen(Screen[None]):
         follow = self.follow
         with self.app.batch_update():
             self.tail.show(colors)
-            title = f"Calls — live, newest at the bottom ({follow.received:,} since opened"
+            title = f"Calls — live, newest at the bottom ({follow.since:,} since opened"
+            title += f", {follow.earlier:,} from before" if follow.earlier else ""
             title += f"; the last {TAIL} kept" if follow.received > TAIL else ""
             title += f"; {follow.missed:,} missed while behind" if follow.missed else ""
             title += "; end follows the newest)" if self.tail.selected is not None else ")"
