@@ -13,7 +13,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer, Static
+from textual.widgets import DataTable, Static
 
 from breaker.protocol import CallsEvent
 from console.actions import Actions
@@ -26,6 +26,7 @@ from console.themes import THEME_VARIABLES
 from console.widgets.calls import HEADER, CallTail
 from console.widgets.cells import age, clip, gauge, kind_color, own_limits, plain, ratio_color, status_text
 from console.widgets.detail import counts_text
+from console.widgets.footer import KeysFooter
 from console.widgets.line import Line
 from console.widgets.rows import update_cells
 
@@ -178,7 +179,7 @@ class AgentScreen(Screen[None]):
             with Vertical(id="agent-trips-box"):
                 yield Static(Text("Its trips"), id="agent-trips-title")
                 yield self.trips
-        yield Footer()
+        yield KeysFooter()  # help, quit and back stay in view at 80 columns
 
     async def on_mount(self) -> None:
         self.keys.add_column("n/limit", key="count", width=8)
