@@ -176,7 +176,7 @@ def compare(corpus: Corpus, candidates: Sequence[Candidate]) -> Comparison:
     return Comparison(list(candidates), outcomes, corpus)
 
 
-_KIND_SHORT = {"duplicate": "dup", "repeat": "rep", "cycle": "cyc", "stall": "stl", "cap": "cap"}
+_KIND_SHORT = {"duplicate": "dup", "repeat": "rep", "cycle": "cyc", "stall": "stl", "reworded": "rwd", "cap": "cap"}
 
 
 def _n(value: int) -> str:

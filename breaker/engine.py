@@ -15,6 +15,7 @@ import orjson
 from breaker import rules as steps
 from breaker.config import AGENT_LIMITS, Config
 from breaker.keys import Judged, call_digest, preview, tool_class_name
+from breaker.normalise import paced, reworded_of
 from breaker.records import AgentRow, KeyRow
 from breaker.rules import DENY_KINDS, Hit, Kind, Outcome, StepInput, ToolRules, Verdict, fill
 
@@ -92,9 +93,14 @@ class _Agent:
         "limits",
         "pending",
         "period",
+        "polls",
         "previews",
         "recent",
         "results",
+        "reword_first",
+        "reword_key",
+        "reword_mixed",
+        "reword_run",
         "ring",
         "run",
         "stall_digest",
@@ -136,6 +142,13 @@ class _Agent:
         self.stall_digest: str | None = None
         self.stall_n = 0
         self.limits: dict[str, int] | None = None  # the operator's override (Guard._limits holds it)
+        self.polls = 0  # polls of last_key in a row since its result last changed (breaker/normalise.py: paced)
+        # the reworded rule: the key in other words of its last tried calls, how many in a row had it, the first
+        # one's exact key, and whether another wording came since
+        self.reword_key: int | None = None
+        self.reword_run = 0
+        self.reword_first: int | None = None
+        self.reword_mixed = False
         self.tier = 0  # its eviction tier (_NEW_CALLS)
 
     def count(self, key: int) -> int:
@@ -178,10 +191,27 @@ class _Agent:
         return previous
 
     def track(
-        self, c: StepInput, rules: ToolRules, tool: str, key: int | None, stall: bool, period: int, no_cycles: list[int]
+        self,
+        c: StepInput,
+        rules: ToolRules,
+        tool: str,
+        key: int | None,
+        stall: bool,
+        period: int,
+        no_cycles: list[int],
+        args: Any = None,
+        now: float | None = None,
+        previous: float | None = None,
     ) -> None:
-        """What the stall and cycle rules count of every keyed call, denied or not."""
-        c.stalled = 0
+        """What the stall, cycle and reworded rules count of every keyed call, denied or not, and whether it is a
+        poll."""
+        c.polls = c.reworded = c.stalled = 0
+        gap = rules.poll_gap
+        if rules.poll_limit and key is not None and key == self.last_key and paced(gap, tool, args, now, previous):
+            c.polls = self.polls + 1
+            stall = False  # a poll waits for a new result: the same one again is not a stall
+        if rules.reword_limit and not c.polls:
+            self.reword(c, tool, args, key)
         if stall:  # a call of another tool ends the run of calls the stall rule counts
             if tool != self.stall_tool:
                 self.stall_tool, self.stall_digest, self.stall_n = tool, None, 0
@@ -200,6 +230,20 @@ class _Agent:
                     del recent[0]
             else:
                 self.cycle(c, key, period, no_cycles)
+
+    def reword(self, c: StepInput, tool: str, args: Any, key: int | None) -> None:
+        """Move the reworded rule on by one tried call (polls aside): the calls in a row that say the same in other
+        words, once two wordings of it came, set `c.reworded` to how many came before this one. The same words
+        only, again and again, are the repeat rule's."""
+        norm = None if key is None else reworded_of(key, tool, args)
+        if norm is None or norm != self.reword_key:
+            self.reword_key, self.reword_run, self.reword_first, self.reword_mixed = norm, 1, key, False
+            return
+        if key != self.reword_first:
+            self.reword_mixed = True
+        if self.reword_mixed:
+            c.reworded = self.reword_run
+        self.reword_run += 1
 
     def cycle(self, c: StepInput, key: int | None, period: int, no_cycles: list[int]) -> None:
         """Move the cycle rule on by one tried call: sets the longest cycle this call continues, as
@@ -249,7 +293,9 @@ class _Agent:
             self.before = before
             before[key] = self.tally[slot]
             if self.last_key == key:
-                self.run = 0
+                self.run = self.polls = 0
+            if self.reword_key is not None:  # a new result: the wordings before it count no more
+                self.reword_run = 0
             self.cycles = None  # a cycle through a call whose result changed is making progress
             self.cycling = False
 
@@ -763,8 +809,7 @@ class Guard:
         self._overrides = {tool_class_name(tool): dict(o) for tool, o in config.tools}
         self._period = config.cycle_period
         self._no_cycles = [0] * (config.cycle_period + 1)
-        self._stall = bool(config.stall_limit) or any(o.get("stallLimit") for o in self._overrides.values())
-        self._tracking = self._stall or bool(config.cycle_limit)  # the stall or cycle rule counts every call
+        self._stall, self._tracking = steps.tracked(config, self._overrides.values())
         self._call = StepInput()  # fresh: its tallies of rules now off stay 0
         self._reasons: dict[tuple[str, str, int, int, str], str] = {}
         self._warning_texts: dict[tuple[Hit, str, str], str] = {}
@@ -822,7 +867,7 @@ class Guard:
             self._tiers.lru[st.tier].move_to_end(agent)
         self._newest = st
         st.last_tool = tool
-        st.last_seen = now
+        previous, st.last_seen = st.last_seen, now
         own = st.limits
         cap = config.max_calls_per_agent
         if own is not None:
@@ -845,27 +890,27 @@ class Guard:
                 key = call_digest(tool, args)
         c = self._call
         tracking = self._tracking
-        if tracking:  # sets c.stalled, c.cycle_len, c.cycle_p (else they stay 0)
-            st.track(c, rules, tool, key, self._stall, self._period, self._no_cycles)
+        if tracking:  # sets c.stalled, c.cycle_len, c.cycle_p, c.reworded, c.polls (else they stay 0)
+            st.track(c, rules, tool, key, self._stall, self._period, self._no_cycles, args, now, previous)
         limit = rules.dup_limit if own is None else own.get("duplicateLimit", rules.dup_limit)
         slot = None if key is None else st.index.get(key)
         n = seen = 0 if slot is None else st.tally[slot]
         if n and st.before and rules.progress:  # only the identical calls since its result last changed count
             seen = n - st.before.get(key, 0)  # type: ignore[arg-type]
-        in_row = st.run if key is not None and key == st.last_key else 0
+        in_row = 0 if (polls := c.polls) or key is None or key != st.last_key else st.run  # a poll: by pollLimit
         # No step objects below its warning's threshold (a deny's is at or above it): a call below every one of
         # them, the common case, skips the steps, and so does a call no cap warning is on for.
         near = in_row >= rules.rep_near or (seen >= limit - rules.dup_warn and key is not None)
-        near = near or bool(tracking and (c.cycle_p or c.stalled))
+        near = near or bool(tracking and (c.cycle_p or c.stalled or c.reworded or polls))
         if near and seen >= limit and key is not None:  # the duplicate step (the first), inline: the common deny
             return self._deny(st, agent, tool, "duplicate", seen, limit, key)
         if near and (denied := self._denied(c.set(rules, key, seen, limit, in_row, cap), st, agent, tool)) is not None:
             return denied
 
         # Allowed: the call takes its place in the window and the tallies (inline: the hot path).
-        if slot is not None:  # a repeat
+        if slot is not None and not polls:  # a repeat (a poll matches nothing: polls never add up to a duplicate)
             st.repeated(agent, tool, args, judged, key, slot, n, self._top_keys)  # type: ignore[arg-type]
-        elif key is not None:  # a key new to the window: a slot of its own
+        elif key is not None and not polls:  # a key new to the window: a slot of its own
             if st.free:
                 slot = st.free.pop()
                 st.tally[slot] = 1
@@ -873,7 +918,8 @@ class Guard:
                 slot = len(st.tally)
                 st.tally.append(1)
             st.index[key] = slot
-        ring.append(key)
+        ring.append(None if polls else key)
+        st.polls = polls
         st.calls += 1
         st.run = in_row + 1
         st.last_key = key
