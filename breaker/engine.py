@@ -207,7 +207,7 @@ class _Agent:
         poll."""
         c.polls = c.reworded = c.stalled = 0
         gap = rules.poll_gap
-        if rules.poll_limit and key is not None and key == self.last_key and paced(gap, tool, args, now, previous):
+        if rules.poll_limit and key is not None and key == self.last_key and paced(gap, tool, args, now, previous, key):
             c.polls = self.polls + 1
             stall = False  # a poll waits for a new result: the same one again is not a stall
         if rules.reword_limit and not c.polls:

@@ -29,6 +29,13 @@ SEARCH_KEYS = frozenset(
 SHELL_KEYS = frozenset({"command", "cmd", "script", "commandline"})
 # Args naming a path: `./src/` and `src` are one path.
 PATH_KEYS = frozenset({"path", "dir", "directory", "cwd", "filepath", "file", "absolutepath", "dirpath", "target"})
+# The same names as harnesses spell them (snake_case, camelCase): a call with none of them, of a tool that is not
+# a search, has no other words than its own (the fast path, for most calls).
+_SPELLED = frozenset(
+    {"search_query", "searchQuery", "search_term", "searchTerm", "command_line", "commandLine", "Query", "Command"}
+    | SEARCH_KEYS
+    | SHELL_KEYS
+)
 _SEARCH_TOOL = re.compile(r"search|grep|google|bing|query|lookup")
 _WAIT_TOOL = re.compile(r"wait|sleep")
 
@@ -110,7 +117,7 @@ def reworded_key(tool: str, args: Any) -> int | None:
         elif isinstance(v, str) and len(v) <= _MAX_TEXT:
             if arg in SEARCH_KEYS or (searchy and arg not in PATH_KEYS):
                 v = words(v)
-            elif arg in PATH_KEYS:
+            elif arg in PATH_KEYS:  # (a path of a call that searches or runs a command)
                 v = _path(v.strip())
             else:
                 v = " ".join(v.split())
@@ -144,20 +151,41 @@ def sleeps(tool: str, args: Any) -> bool:
     return False
 
 
-def paced(gap: float, tool: str, args: Any, now: float | None, previous: float | None) -> bool:
-    """A repeat of the agent's last call is a poll: it came `gap` seconds or more after the agent's previous call
-    (both times known), or it waits on purpose (`sleeps`)."""
+def paced(gap: float, tool: str, args: Any, now: float | None, previous: float | None, key: int) -> bool:
+    """A repeat of the agent's last call (its key `key`) is a poll: it came `gap` seconds or more after the agent's
+    previous call (both times known), or it waits on purpose (`sleeps`, worked out once per distinct call)."""
     if now is not None and previous is not None and now - previous >= gap:
         return True
-    return sleeps(tool, args)
+    try:
+        return _SLEEPS[key]
+    except KeyError:
+        pass
+    if len(_SLEEPS) >= _REWORDED_MAX:
+        _SLEEPS.clear()
+    waits = _SLEEPS[key] = sleeps(tool, args)
+    return waits
+
+
+_SLEEPS: dict[int, bool] = {}  # a call's key -> it sleeps
 
 
 _REWORDED: dict[int, int | None] = {}  # a call's key -> its key in other words (the same call keys the same)
 _REWORDED_MAX = 4096
 
 
+_SEARCHY: dict[str, bool] = {}  # tool -> its name says it searches
+
+
 def reworded_of(key: int, tool: str, args: Any) -> int | None:
-    """`reworded_key` of a call whose exact key is `key`, worked out once per distinct call."""
+    """`reworded_key` of a call whose exact key is `key`, worked out once per distinct call. A call of a tool that
+    does not search, without a search or a command among its args, is only itself: its own key."""
+    searchy = _SEARCHY.get(tool)
+    if searchy is None:
+        if len(_SEARCHY) >= _REWORDED_MAX:
+            _SEARCHY.clear()
+        searchy = _SEARCHY[tool] = _SEARCH_TOOL.search(tool_class_name(tool)) is not None
+    if not searchy and isinstance(args, dict) and _SPELLED.isdisjoint(args):
+        return key
     try:
         return _REWORDED[key]
     except KeyError:
