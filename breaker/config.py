@@ -256,12 +256,12 @@ PRESETS: dict[str, dict[str, Value]] = {
     # (a progressing poll). Measured on the public corpus (docs/corpus.md); docs/guard.md says why
     # each value.
     "recommended": {
-        "duplicateWarn": 2,
+        "duplicateWarn": 1,
         "repeatLimit": 2,
         "repeatWarn": 1,
         "pollGap": 30,
         "pollLimit": 30,
-        "stallLimit": 6,
+        "stallLimit": 7,
         "stallWarn": 1,
         "rewordLimit": 3,
         "rewordWarn": 1,
@@ -331,7 +331,7 @@ SETTINGS: tuple[Setting, ...] = (
         low=0,
         high=86_400,
         used_by=("engine",),
-        help="a repeat this many seconds or more after the agent's last call, or one that sleeps, is a poll (0 = off)",
+        help="a repeat this many seconds or more after the agent's last call is a poll, as one that sleeps (0 = never)",
     ),
     Setting(
         key="pollLimit",

@@ -15,7 +15,7 @@ import orjson
 from breaker import rules as steps
 from breaker.config import AGENT_LIMITS, Config
 from breaker.keys import Judged, call_digest, preview, tool_class_name
-from breaker.normalise import paced, reworded_of
+from breaker.normalise import SPELLED, paced, reworded_of
 from breaker.records import AgentRow, KeyRow
 from breaker.rules import DENY_KINDS, Hit, Kind, Outcome, StepInput, ToolRules, Verdict, fill
 
@@ -93,6 +93,7 @@ class _Agent:
         "limits",
         "pending",
         "period",
+        "polling",
         "polls",
         "previews",
         "recent",
@@ -142,6 +143,7 @@ class _Agent:
         self.stall_digest: str | None = None
         self.stall_n = 0
         self.limits: dict[str, int] | None = None  # the operator's override (Guard._limits holds it)
+        self.polling = False  # the cycle its calls go round has a wait in it: a poll, not a loop
         self.polls = 0  # polls of last_key in a row since its result last changed (breaker/normalise.py: paced)
         # the reworded rule: the key in other words of its last tried calls, how many in a row had it, the first
         # one's exact key, and whether another wording came since
@@ -210,8 +212,15 @@ class _Agent:
         if rules.poll_limit and key is not None and key == self.last_key and paced(gap, tool, args, now, previous, key):
             c.polls = self.polls + 1
             stall = False  # a poll waits for a new result: the same one again is not a stall
-        if rules.reword_limit and not c.polls:
-            self.reword(c, tool, args, key)
+        if rules.reword_limit and not c.polls:  # the call's key in other words; only itself for most calls
+            if key is None or (not rules.searches and type(args) is dict and SPELLED.isdisjoint(args)):
+                norm = key
+            else:
+                norm = reworded_of(key, tool, args)
+            if norm is None or norm != self.reword_key:
+                self.reword_key, self.reword_run, self.reword_first, self.reword_mixed = norm, 1, key, False
+            else:
+                self.reword(c, key)
         if stall:  # a call of another tool ends the run of calls the stall rule counts
             if tool != self.stall_tool:
                 self.stall_tool, self.stall_digest, self.stall_n = tool, None, 0
@@ -224,21 +233,22 @@ class _Agent:
                 # the common case, inline: a call it has not just made continues no cycle
                 if self.cycling:
                     self.cycles[:] = no_cycles  # type: ignore[index]
-                    self.cycling = False
+                    self.cycling = self.polling = False
                 recent.append(key)
                 if len(recent) > period:
                     del recent[0]
             else:
                 self.cycle(c, key, period, no_cycles)
+                if not c.cycle_p:
+                    self.polling = False
+                elif rules.poll_limit and (self.polling or paced(gap, tool, args, now, previous, key)):  # type: ignore[arg-type]
+                    self.polling = True  # a cycle through a wait (check, sleep 30, check…) polls
+                    c.cycle_len = c.cycle_p = 0
 
-    def reword(self, c: StepInput, tool: str, args: Any, key: int | None) -> None:
-        """Move the reworded rule on by one tried call (polls aside): the calls in a row that say the same in other
-        words, once two wordings of it came, set `c.reworded` to how many came before this one. The same words
-        only, again and again, are the repeat rule's."""
-        norm = None if key is None else reworded_of(key, tool, args)
-        if norm is None or norm != self.reword_key:
-            self.reword_key, self.reword_run, self.reword_first, self.reword_mixed = norm, 1, key, False
-            return
+    def reword(self, c: StepInput, key: int | None) -> None:
+        """The reworded rule: one more tried call (polls aside) in a row that says the same in other words. Once two
+        wordings came, `c.reworded` is how many came before this one; the same words only, again and again, are
+        the repeat rule's."""
         if key != self.reword_first:
             self.reword_mixed = True
         if self.reword_mixed:

@@ -19,7 +19,19 @@ import orjson
 
 from breaker.keys import tool_class_name
 
-__all__ = ["SEARCH_KEYS", "SHELL_KEYS", "paced", "reworded_key", "reworded_of", "shell_words", "sleeps", "words"]
+__all__ = [
+    "SEARCH_KEYS",
+    "SHELL_KEYS",
+    "SPELLED",
+    "paced",
+    "reworded_key",
+    "reworded_of",
+    "searches",
+    "shell_words",
+    "sleeps",
+    "words",
+    "writes",
+]
 
 # The args a tool searches by, of any tool: their words count as a set.
 SEARCH_KEYS = frozenset(
@@ -31,13 +43,14 @@ SHELL_KEYS = frozenset({"command", "cmd", "script", "commandline"})
 PATH_KEYS = frozenset({"path", "dir", "directory", "cwd", "filepath", "file", "absolutepath", "dirpath", "target"})
 # The same names as harnesses spell them (snake_case, camelCase): a call with none of them, of a tool that is not
 # a search, has no other words than its own (the fast path, for most calls).
-_SPELLED = frozenset(
+SPELLED = frozenset(
     {"search_query", "searchQuery", "search_term", "searchTerm", "command_line", "commandLine", "Query", "Command"}
     | SEARCH_KEYS
     | SHELL_KEYS
 )
 _SEARCH_TOOL = re.compile(r"search|grep|google|bing|query|lookup")
 _WAIT_TOOL = re.compile(r"wait|sleep")
+_WRITE_TOOL = re.compile(r"write|edit|create|save|patch|replace|insert|delete|remove|rename|move|upload")
 
 _WORD = re.compile(r"[^\W\d_]+|\d+")  # runs of letters, runs of digits: `Qwen3.8` and `qwen 3.8` say the same
 # A shell word: a control operator (`&&`, `|`, `;`: `cd x&& ls` is `cd x && ls`), or quoted strings and runs of
@@ -59,6 +72,17 @@ _WAITS = re.compile(
 _UNIT = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0}
 MIN_SLEEP = 5.0  # seconds: a `sleep` this long or longer is a wait on purpose; `sleep 1` is a pause in a loop
 _MAX_TEXT = 4096  # longer strings (a file's content, a heredoc) are compared as they are
+
+
+def writes(name: str) -> bool:
+    """A tool of this class name writes (a file, an edit, a record): its result is an acknowledgement, the same
+    whatever it wrote, so the stall rule does not count it by default."""
+    return _WRITE_TOOL.search(name) is not None
+
+
+def searches(name: str) -> bool:
+    """A tool of this class name (breaker.keys.tool_class_name) searches: its string args are words."""
+    return _SEARCH_TOOL.search(name) is not None
 
 
 def words(text: str) -> str:
@@ -153,8 +177,9 @@ def sleeps(tool: str, args: Any) -> bool:
 
 def paced(gap: float, tool: str, args: Any, now: float | None, previous: float | None, key: int) -> bool:
     """A repeat of the agent's last call (its key `key`) is a poll: it came `gap` seconds or more after the agent's
-    previous call (both times known), or it waits on purpose (`sleeps`, worked out once per distinct call)."""
-    if now is not None and previous is not None and now - previous >= gap:
+    previous call (both times known; `gap` 0: the spacing says nothing), or it waits on purpose (`sleeps`, worked
+    out once per distinct call)."""
+    if gap and now is not None and previous is not None and now - previous >= gap:
         return True
     try:
         return _SLEEPS[key]
@@ -173,18 +198,10 @@ _REWORDED: dict[int, int | None] = {}  # a call's key -> its key in other words 
 _REWORDED_MAX = 4096
 
 
-_SEARCHY: dict[str, bool] = {}  # tool -> its name says it searches
-
-
 def reworded_of(key: int, tool: str, args: Any) -> int | None:
     """`reworded_key` of a call whose exact key is `key`, worked out once per distinct call. A call of a tool that
     does not search, without a search or a command among its args, is only itself: its own key."""
-    searchy = _SEARCHY.get(tool)
-    if searchy is None:
-        if len(_SEARCHY) >= _REWORDED_MAX:
-            _SEARCHY.clear()
-        searchy = _SEARCHY[tool] = _SEARCH_TOOL.search(tool_class_name(tool)) is not None
-    if not searchy and isinstance(args, dict) and _SPELLED.isdisjoint(args):
+    if not searches(tool_class_name(tool)) and isinstance(args, dict) and SPELLED.isdisjoint(args):
         return key
     try:
         return _REWORDED[key]

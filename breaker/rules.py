@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterable
 from typing import Any, NamedTuple, get_args
 
 from breaker.config import Config
+from breaker.normalise import searches, writes
 from breaker.vocab import Kind, Outcome, Rule  # the words the rules speak (re-exported)
 
 __all__ = [
@@ -31,6 +32,9 @@ __all__ = [
 
 
 RULES: tuple[Rule, ...] = get_args(Rule)
+# A search whose answer stays the same while its words change: the stall rule's limit for a tool that searches
+# (breaker/normalise.py: searches), when the rule is on with a larger one.
+SEARCH_STALL = 3
 DENY_KINDS: tuple[Kind, ...] = get_args(Kind)
 
 _PLACEHOLDER = re.compile(r"\{(tool|count|limit|kind|agent|rule|how)\}")
@@ -332,6 +336,7 @@ class ToolRules:
     poll_limit: int
     reword_limit: int
     reword_warn: int
+    searches: bool
     stall_limit: int
     stall_warn: int
     tool_cap: int
@@ -355,6 +360,7 @@ class ToolRules:
         "rep_warn",
         "reword_limit",
         "reword_warn",
+        "searches",
         "stall_limit",
         "stall_warn",
         "tool_cap",
@@ -374,7 +380,10 @@ class ToolRules:
         self.poll_limit = overrides.get("pollLimit", config.poll_limit) if self.rep_limit else 0  # repeat's, slower
         self.reword_limit = overrides.get("rewordLimit", config.reword_limit)
         self.reword_warn = min(overrides.get("rewordWarn", config.reword_warn), self.reword_limit)
-        self.stall_limit = overrides.get("stallLimit", config.stall_limit)
+        self.searches = searches(name)  # its string args are words (breaker/normalise.py)
+        # a tool that writes answers the same acknowledgement whatever it wrote: no stall, unless it says so itself
+        stall = 0 if writes(name) else min(config.stall_limit, SEARCH_STALL) if searches(name) else config.stall_limit
+        self.stall_limit = overrides.get("stallLimit", stall)
         self.stall_warn = min(overrides.get("stallWarn", config.stall_warn), self.stall_limit)
         self.tool_cap = overrides.get("maxCalls", 0)
         self.tool_warn = min(overrides.get("maxCallsWarn", 0), self.tool_cap)

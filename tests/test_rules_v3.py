@@ -229,3 +229,47 @@ def test_the_same_wording_again_and_again_is_the_repeat_rules_and_the_seed_knows
     assert run(Guard(REC), bash("ls src", "ls src", "ls src")) == ".wR"  # a repeat, not reworded
     spellings = ["grep -rn x src/", "grep -rni x ./src/", "grep -Rn 'x' src", "grep -r -n x ./src", "grep x src"]
     assert run(Guard(Config()), bash(*spellings)) == "....."
+
+
+def test_a_cycle_of_a_check_and_a_sleep_is_a_poll_not_a_cycle():
+    calls = [("BashOutput", {"bash_id": "b2"}), ("Bash", {"command": "sleep 30"})] * 4
+    assert run(Guard(REC), calls) == "." * 8  # no times: the sleep says so
+    assert run(Guard(REC), [("BashOutput", {"bash_id": "b2"}), ("Bash", {"command": "sleep 1"})] * 3) == "...wCC"
+
+
+def test_poll_gap_0_leaves_only_the_calls_that_sleep_as_polls():
+    g = Guard(REC.updated({"pollGap": 0}))
+    assert run(g, bash(POLL, POLL, POLL), [0.0, 60.0, 120.0]) == ".wR"
+    assert run(g, bash(*[f"sleep 30 && {POLL}"] * 3), [0.0, 1.0, 2.0], agent="b") == "..."
+
+
+# -- stall: what a result says -------------------------------------------------------------------
+
+
+def results(guard: Guard, calls: list[tuple[str, Any, str]]) -> str:
+    out = []
+    for i, (tool, args, answer) in enumerate(calls):
+        v = guard.check("a", tool, args, call_id=i)
+        out.append(outcome(v))
+        if v.allowed:
+            guard.result("a", result_digest(answer), call_id=i)
+    return "".join(out)
+
+
+def test_fifteen_writes_to_fifteen_files_answered_alike_are_not_a_stall():
+    # opencode-deepseek-ci-poll-sleep100: OpenCode's write tool answers every write "Wrote file successfully."
+    writes = [
+        ("write", {"filePath": f"src/api/m{n}.ts", "content": f"export {n}"}, "Wrote file successfully.")
+        for n in range(15)
+    ]
+    assert results(Guard(REC), writes) == "." * 15
+    assert results(Guard(REC.updated({"tools": {"write": {"stallLimit": 3}}})), writes[:5]) == "..wSS"  # unless asked
+
+
+def test_a_search_answered_alike_whatever_its_words_stalls_at_its_fourth_call():
+    # claude-code-issue-grep-reworded-x5: five patterns for one function, each "Found 0 lines"
+    patterns = ["filename_patterns", r"self\.filename_patterns", "_get_file_name_from_content", "start.*file"]
+    calls = [("Search", {"pattern": p, "output_mode": "content"}, "Found 0 lines") for p in patterns]
+    assert results(Guard(REC), calls) == "..wS"
+    other = [("Read", {"file_path": f"f{n}.py"}, "(empty)") for n in range(4)]  # not a search: stallLimit 7
+    assert results(Guard(REC), other) == "...."
