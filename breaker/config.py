@@ -251,10 +251,11 @@ def _interpreter(argv: Sequence[str]) -> str | None:
 PRESETS: dict[str, dict[str, Value]] = {
     # The original plugin's rules, bit for bit: every key at its default.
     "seed": {},
-    # Stops back-to-back repeats at the third, A-B-A-B cycles in their third round, and a tool stuck
-    # on one result; warns the model once before each deny; lets a repeat whose result changed run
-    # (a progressing poll). Measured on the public corpus (docs/corpus.md); docs/guard.md says why
-    # each value.
+    # Stops back-to-back repeats at the third, A-B-A-B cycles in their third round, a tool stuck on
+    # one result, and the same call in other words at its fourth wording; warns the model once before
+    # each deny; lets a repeat whose result changed run (a progressing poll), and a repeat that waits
+    # (30 s apart, or sleeping) poll up to 30 times unchanged. Measured on the public corpus
+    # (docs/corpus.md); docs/guard.md says why each value.
     "recommended": {
         "duplicateWarn": 1,
         "repeatLimit": 2,

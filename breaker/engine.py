@@ -211,7 +211,7 @@ class _Agent:
         gap = rules.poll_gap
         if rules.poll_limit and key is not None and key == self.last_key and paced(gap, tool, args, now, previous, key):
             c.polls = self.polls + 1
-            stall = False  # a poll waits for a new result: the same one again is not a stall
+            stall, self.stall_tool = False, None  # a poll waits for a new result: the same one again is no stall
         if rules.reword_limit and not c.polls:  # the call's key in other words; only itself for most calls
             if key is None or (not rules.searches and type(args) is dict and SPELLED.isdisjoint(args)):
                 norm = key

@@ -199,10 +199,8 @@ _REWORDED_MAX = 4096
 
 
 def reworded_of(key: int, tool: str, args: Any) -> int | None:
-    """`reworded_key` of a call whose exact key is `key`, worked out once per distinct call. A call of a tool that
-    does not search, without a search or a command among its args, is only itself: its own key."""
-    if not searches(tool_class_name(tool)) and isinstance(args, dict) and SPELLED.isdisjoint(args):
-        return key
+    """`reworded_key` of a call whose exact key is `key`, worked out once per distinct call. (The engine asks only
+    for a call of a tool that `searches`, or with a `SPELLED` arg: any other call is only itself, its own key.)"""
     try:
         return _REWORDED[key]
     except KeyError:

@@ -6,6 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from breaker import Config
 from breaker.engine import Guard, Verdict
@@ -273,3 +275,38 @@ def test_a_search_answered_alike_whatever_its_words_stalls_at_its_fourth_call():
     assert results(Guard(REC), calls) == "..wS"
     other = [("Read", {"file_path": f"f{n}.py"}, "(empty)") for n in range(4)]  # not a search: stallLimit 7
     assert results(Guard(REC), other) == "...."
+
+
+# -- properties ----------------------------------------------------------------------------------
+
+WORDINGS = [
+    ("bash", {"command": "ls src"}),
+    ("bash", {"command": "ls -la ./src/"}),
+    ("bash", {"command": "grep -rn foo src"}),
+    ("bash", {"command": "grep -Rni 'foo' ./src"}),
+    ("bash", {"command": "sleep 30 && gh run view 1"}),
+    ("web_search", {"query": "qwen3.8 release notes"}),
+    ("web_search", {"query": "Release-Notes qwen 3.8"}),
+    ("write", {"path": "a.py"}),
+]
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.integers(0, len(WORDINGS) - 1), st.sampled_from([1.0, 5.0, 40.0]), st.booleans()), max_size=60
+    )
+)
+def test_under_recommended_every_first_deny_follows_a_warning_with_rewordings_polls_and_results(seq):
+    g = Guard(REC.updated({"maxCallsPerAgent": 0, "pollLimit": 4}))
+    warned, now = False, 0.0
+    for i, (n, gap, same) in enumerate(seq):
+        now += gap
+        tool, args = WORDINGS[n]
+        v = g.check("a", tool, args, now, call_id=i)
+        if v.warning:
+            warned = True
+        if not v.allowed:
+            assert warned, (seq[: i + 1], v)
+            break
+        g.result("a", result_digest("same" if same else f"new {i}"), call_id=i)
