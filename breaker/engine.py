@@ -144,7 +144,7 @@ class _Agent:
         self.stall_n = 0
         self.limits: dict[str, int] | None = None  # the operator's override (Guard._limits holds it)
         self.polling = False  # the cycle its calls go round has a wait in it: a poll, not a loop
-        self.polls = 0  # polls of last_key in a row since its result last changed (breaker/normalise.py: paced)
+        self.polls = 0  # polls in a row since a result last changed (breaker/normalise.py: paced)
         # the reworded rule: the key in other words of its last tried calls, how many in a row had it, the first
         # one's exact key, and whether another wording came since
         self.reword_key: int | None = None
@@ -209,7 +209,7 @@ class _Agent:
         poll."""
         c.polls = c.reworded = c.stalled = 0
         gap = rules.poll_gap
-        if rules.poll_limit and key is not None and key == self.last_key and paced(gap, tool, args, now, previous, key):
+        if rules.poll_limit and key is not None and key in self.index and paced(gap, tool, args, now, previous, key):
             c.polls = self.polls + 1
             stall, self.stall_tool = False, None  # a poll waits for a new result: the same one again is no stall
         if rules.reword_limit and not c.polls:  # the call's key in other words; only itself for most calls
@@ -302,8 +302,9 @@ class _Agent:
             before = self.before if self.before is not None else {}
             self.before = before
             before[key] = self.tally[slot]
+            self.polls = 0  # the polls' answer moved: they have their limit again
             if self.last_key == key:
-                self.run = self.polls = 0
+                self.run = 0
             if self.reword_key is not None:  # a new result: the wordings before it count no more
                 self.reword_run = 0
             self.cycles = None  # a cycle through a call whose result changed is making progress

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import orjson
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -310,3 +311,75 @@ def test_under_recommended_every_first_deny_follows_a_warning_with_rewordings_po
             assert warned, (seq[: i + 1], v)
             break
         g.result("a", result_digest("same" if same else f"new {i}"), call_id=i)
+
+
+def test_a_check_then_a_sleep_again_and_again_never_adds_up_to_a_duplicate():
+    # claude-code-subagent-slept-poll-extraction: BashOutput, `sleep 30`, BashOutput… each answer the same
+    g = Guard(REC)
+    seen, now = [], 0.0
+    for i in range(20):
+        tool, args = ("BashOutput", {"bash_id": "5d8215"}) if i % 2 == 0 else ("Bash", {"command": f"sleep {30 * i}"})
+        now += 30 * i + 3 if i % 2 == 0 else 3  # the check comes once the sleep before it is over
+        v = g.check("a", tool, args, now, call_id=i)
+        seen.append(outcome(v))
+        g.result("a", result_digest("<status>running</status>\n\n"), call_id=i)
+    assert "".join(seen) == "." * 20
+
+
+def test_polls_in_a_row_of_any_calls_are_bounded_by_poll_limit():
+    g = Guard(REC.updated({"pollLimit": 4}))
+    calls = [("BashOutput", {"bash_id": "b"}), ("Bash", {"command": "sleep 30"})] * 5
+    times = [33.0 * i for i in range(10)]  # each check 33 s after the sleep before it began
+    assert run(g, calls, times) == ".." + "...w" + "RRRR"  # the first of each is no repeat; polls 1-4, the 4th warned
+
+
+# -- results: what the harness stamps in is not news ----------------------------------------------
+
+
+def test_claude_codes_bashoutput_timestamp_is_left_out_of_a_recorded_result(tmp_path):
+    from breaker.transcripts import read
+
+    def answer(stamp: str) -> str:
+        return f"<status>running</status>\n\n<timestamp>2025-12-01T04:48:{stamp}Z</timestamp>"
+
+    lines = [
+        {"agent": "a", "tool": "BashOutput", "args": {"bash_id": "b"}, "result": answer(s)} for s in ("27.9", "30.7")
+    ]
+    path = tmp_path / "calls.jsonl"
+    path.write_text("".join(orjson.dumps(line).decode() + "\n" for line in lines))
+    digests = read([path]).results
+    assert digests[0] == digests[1]
+    assert run_results(lines) == ".wR"  # a tight poll of one unchanged answer is a repeat, stopped at its third
+
+
+def run_results(lines: list[dict[str, Any]]) -> str:
+    from breaker.transcripts import result_value
+
+    g = Guard(REC)
+    out = []
+    for i, line in enumerate([*lines, lines[-1]]):
+        v = g.check("a", line["tool"], line["args"], call_id=i)
+        out.append(outcome(v))
+        if v.allowed:
+            g.result("a", result_digest(result_value(line["result"], "calls")), call_id=i)
+    return "".join(out)
+
+
+def test_cbhook_leaves_claude_codes_bashoutput_timestamp_out_of_the_digest():
+    from breaker.hookwire import detect, parse_event
+
+    def post(stamp: str) -> dict[str, Any]:
+        return {
+            "hook_event_name": "PostToolUse",
+            "session_id": "s",
+            "tool_name": "BashOutput",
+            "tool_input": {"bash_id": "b"},
+            "tool_response": f"<status>running</status>\n\n<timestamp>2025-12-01T04:48:{stamp}Z</timestamp>",
+        }
+
+    def digest(payload: dict[str, Any]) -> str:
+        return parse_event(detect(payload) or "", payload)[1].digest
+
+    assert digest(post("27.9")) == digest(post("30.7"))
+    as_dict = {**post("1"), "tool_response": {"status": "running", "timestamp": "2025-12-01T04:48:27Z"}}
+    assert digest(as_dict) == digest({**as_dict, "tool_response": {"status": "running", "timestamp": "x"}})

@@ -32,10 +32,21 @@ def test_recommended_stops_no_healthy_run_and_warns_at_most_one_in_seven():
     assert healthy.warned * 7 <= healthy.traces, f"{healthy.warned} of {healthy.traces} healthy runs warned"
 
 
-def test_recommended_warns_nine_in_ten_stopped_loops_before_their_first_deny():
+def test_recommended_warns_nine_in_ten_stopped_loops_before_their_first_deny_at_the_median_call_6():
     loops = outcomes(REC)["loop"]
-    assert loops.stopped >= 12
+    assert loops.stopped >= 14
     assert loops.warned_first * 10 >= loops.stopped * 9
+    assert loops.median_first_stop is not None and loops.median_first_stop <= 6
+
+
+def test_the_tight_bashoutput_polls_are_stopped_once_the_timestamp_is_left_out():
+    traces = outcomes(REC)["traces"]
+    for name, call in (
+        ("claude-code-subagent-bashoutput-poll-x193.jsonl", 4),
+        ("claude-code-subagent-tight-poll-then-kill.jsonl", 6),
+    ):
+        o = traces[name]
+        assert (o.first_stop, o.kind, o.warned_first) == (call, "repeat", True), name
 
 
 def test_the_ci_and_job_waits_run_to_their_end_unwarned():
