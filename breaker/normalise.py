@@ -48,6 +48,7 @@ SPELLED = frozenset(
     | SEARCH_KEYS
     | SHELL_KEYS
 )
+_COMMANDS = frozenset({"command", "cmd", "script", "command_line", "commandLine", "Command", "code"})
 _SEARCH_TOOL = re.compile(r"search|grep|google|bing|query|lookup")
 _WAIT_TOOL = re.compile(r"wait|sleep")
 _WRITE_TOOL = re.compile(r"write|edit|create|save|patch|replace|insert|delete|remove|rename|move|upload")
@@ -181,6 +182,8 @@ def paced(gap: float, tool: str, args: Any, now: float | None, previous: float |
     out once per distinct call)."""
     if gap and now is not None and previous is not None and now - previous >= gap:
         return True
+    if type(args) is dict and _COMMANDS.isdisjoint(args) and not _WAIT_TOOL.search(tool.lower()):
+        return False  # no command to sleep in, not a wait tool: most calls, without a cache or a regex over args
     try:
         return _SLEEPS[key]
     except KeyError:
