@@ -176,7 +176,7 @@ def compare(corpus: Corpus, candidates: Sequence[Candidate]) -> Comparison:
     return Comparison(list(candidates), outcomes, corpus)
 
 
-_KIND_SHORT = {"duplicate": "dup", "repeat": "rep", "cycle": "cyc", "stall": "stl", "cap": "cap"}
+_KIND_SHORT = {"duplicate": "dup", "repeat": "rep", "cycle": "cyc", "stall": "stl", "reworded": "rwd", "cap": "cap"}
 
 
 def _n(value: int) -> str:
@@ -194,7 +194,8 @@ def _of(stopped: int, total: int) -> str:
 
 
 def render_comparison(result: Comparison, paths: Sequence[str] = ()) -> str:
-    """The comparison as tables: per setting the loops and healthy runs stopped, the median first stop,
+    """The comparison as tables: per setting the loops and healthy runs stopped, the healthy runs warned, the
+    median first stop,
     the loops warned first (and stopped in time, when the manifest says by when); then per trace the
     call each setting first denies. Within 100 columns for up to four settings."""
     traces = [t for t in result.corpus.traces if t.reading is not None]
@@ -209,7 +210,8 @@ def render_comparison(result: Comparison, paths: Sequence[str] = ()) -> str:
         "",
     ]
     # (title, second title line, width): a cell is "12 of 14", a median "10.5"
-    columns = [("loops", "stopped", 8), ("healthy", "stopped", 8), ("median", "stop", 6), ("warned", "first", 8)]
+    columns = [("loops", "stopped", 8), ("healthy", "stopped", 8), ("healthy", "warned", 8), ("median", "stop", 6)]
+    columns.append(("warned", "first", 8))
     if timed:
         columns.append(("in", "time", 8))
     if counts[None]:
@@ -226,6 +228,7 @@ def render_comparison(result: Comparison, paths: Sequence[str] = ()) -> str:
         cells = [
             _of(loops.stopped, loops.traces),
             _of(healthy.stopped, healthy.traces),
+            _of(healthy.warned, healthy.traces),
             _median(loops.median_first_stop),
             _of(loops.warned_first, loops.stopped),
         ]
@@ -238,7 +241,8 @@ def render_comparison(result: Comparison, paths: Sequence[str] = ()) -> str:
         lines.append(f"{c.name:<2} {text:<{sw}}" + "".join(f"  {v:>{w}}" for v, w in zip(cells, widths, strict=True)))
     lines += [
         "",
-        "stopped: traces with at least one deny (unlabelled: not labelled loop or healthy)",
+        "stopped: traces with at least one deny (unlabelled: not labelled loop or healthy); healthy warned:",
+        "  healthy runs allowed a call with a warning at least once",
         "median stop: the call of a loop's first deny, counted over its trace; the median over the loops",
         "  stopped. warned first: of the loops stopped, those warned before that deny",
     ]

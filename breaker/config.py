@@ -67,6 +67,10 @@ TOOL_KEYS: dict[str, str] = {
     "repeatWarn": "repeatWarn",
     "stallLimit": "stallLimit",
     "stallWarn": "stallWarn",
+    "pollGap": "pollGap",
+    "pollLimit": "pollLimit",
+    "rewordLimit": "rewordLimit",
+    "rewordWarn": "rewordWarn",
     "maxCalls": "maxCallsPerAgent",  # a cap on this tool's calls, per agent
     "maxCallsWarn": "capWarn",
     "progress": "progress",
@@ -247,16 +251,21 @@ def _interpreter(argv: Sequence[str]) -> str | None:
 PRESETS: dict[str, dict[str, Value]] = {
     # The original plugin's rules, bit for bit: every key at its default.
     "seed": {},
-    # Stops back-to-back repeats at the third, A-B-A-B cycles in their third round, and a tool stuck
-    # on one result; warns the model once before each deny; lets a repeat whose result changed run
-    # (a progressing poll). Measured on the public corpus (docs/corpus.md); docs/guard.md says why
-    # each value.
+    # Stops back-to-back repeats at the third, A-B-A-B cycles in their third round, a tool stuck on
+    # one result, and the same call in other words at its fourth wording; warns the model once before
+    # each deny; lets a repeat whose result changed run (a progressing poll), and a repeat that waits
+    # (30 s apart, or sleeping) poll up to 30 times unchanged. Measured on the public corpus
+    # (docs/corpus.md); docs/guard.md says why each value.
     "recommended": {
-        "duplicateWarn": 2,
+        "duplicateWarn": 1,
         "repeatLimit": 2,
         "repeatWarn": 1,
-        "stallLimit": 6,
+        "pollGap": 30,
+        "pollLimit": 30,
+        "stallLimit": 7,
         "stallWarn": 1,
+        "rewordLimit": 3,
+        "rewordWarn": 1,
         "cycleLimit": 2,
         "cycleWarn": 1,
         "capWarn": 30,
@@ -317,6 +326,24 @@ SETTINGS: tuple[Setting, ...] = (
         help="warn the model on the last this many calls in a row repeatLimit allows (0 = never)",
     ),
     Setting(
+        key="pollGap",
+        kind="int",
+        default=0,
+        low=0,
+        high=86_400,
+        used_by=("engine",),
+        help="a repeat this many seconds or more after the agent's last call is a poll, as one that sleeps (0 = never)",
+    ),
+    Setting(
+        key="pollLimit",
+        kind="int",
+        default=0,
+        low=0,
+        high=MAX_LIMIT,
+        used_by=("engine",),
+        help="deny a poll after this many polls in a row with no new result (the repeat rule's limit for polls)",
+    ),
+    Setting(
         key="stallLimit",
         kind="int",
         default=0,
@@ -333,6 +360,24 @@ SETTINGS: tuple[Setting, ...] = (
         high=MAX_LIMIT,
         used_by=("engine",),
         help="warn the model on the last this many calls stallLimit allows (0 = never)",
+    ),
+    Setting(
+        key="rewordLimit",
+        kind="int",
+        default=0,
+        low=0,
+        high=MAX_LIMIT,
+        used_by=("engine",),
+        help="deny the same call in other words after this many wordings of it in a row (0 = no such rule)",
+    ),
+    Setting(
+        key="rewordWarn",
+        kind="int",
+        default=0,
+        low=0,
+        high=MAX_LIMIT,
+        used_by=("engine",),
+        help="warn the model on the last this many wordings rewordLimit allows (0 = never)",
     ),
     Setting(
         key="cycleLimit",
@@ -638,8 +683,12 @@ class Config:
     duplicate_warn: int = _D["duplicate_warn"]
     repeat_limit: int = _D["repeat_limit"]
     repeat_warn: int = _D["repeat_warn"]
+    poll_gap: int = _D["poll_gap"]
+    poll_limit: int = _D["poll_limit"]
     stall_limit: int = _D["stall_limit"]
     stall_warn: int = _D["stall_warn"]
+    reword_limit: int = _D["reword_limit"]
+    reword_warn: int = _D["reword_warn"]
     cycle_limit: int = _D["cycle_limit"]
     cycle_warn: int = _D["cycle_warn"]
     cycle_period: int = _D["cycle_period"]

@@ -16,6 +16,7 @@ import orjson
 from breaker import rules as steps
 from breaker.config import AGENT_LIMITS, Config
 from breaker.keys import Judged, call_digest, preview, tool_class_name
+from breaker.normalise import SPELLED, paced, reworded_of
 from breaker.records import AgentRow, KeyRow
 from breaker.rules import DENY_KINDS, Hit, Kind, Outcome, StepInput, ToolRules, Verdict, fill
 
@@ -95,9 +96,15 @@ class _Agent:
         "pending",
         "period",
         "placed",
+        "polling",
+        "polls",
         "previews",
         "recent",
         "results",
+        "reword_first",
+        "reword_key",
+        "reword_mixed",
+        "reword_run",
         "ring",
         "run",
         "seq",
@@ -143,6 +150,14 @@ class _Agent:
         self.stall_digest: str | None = None
         self.stall_n = 0
         self.limits: dict[str, int] | None = None  # the operator's override (Guard._limits holds it)
+        self.polling = False  # the cycle its calls go round has a wait in it: a poll, not a loop
+        self.polls = 0  # polls in a row since a result last changed (breaker/normalise.py: paced)
+        # the reworded rule: the key in other words of its last tried calls, how many in a row had it, the first
+        # one's exact key, and whether another wording came since
+        self.reword_key: int | None = None
+        self.reword_run = 0
+        self.reword_first: int | None = None
+        self.reword_mixed = False
         self.tier = 0  # its eviction tier (_NEW_CALLS)
         self.seq = 0  # when it was last active (_Recency's ticks): larger is more recent
         self.placed = 0  # the `seq` of its entry in its tier's heap (_Recency)
@@ -187,10 +202,34 @@ class _Agent:
         return previous
 
     def track(
-        self, c: StepInput, rules: ToolRules, tool: str, key: int | None, stall: bool, period: int, no_cycles: list[int]
+        self,
+        c: StepInput,
+        rules: ToolRules,
+        tool: str,
+        key: int | None,
+        stall: bool,
+        period: int,
+        no_cycles: list[int],
+        args: Any = None,
+        now: float | None = None,
+        previous: float | None = None,
     ) -> None:
-        """What the stall and cycle rules count of every keyed call, denied or not."""
-        c.stalled = 0
+        """What the stall, cycle and reworded rules count of every keyed call, denied or not, and whether it is a
+        poll."""
+        c.polls = c.reworded = c.stalled = 0
+        gap = rules.poll_gap
+        if rules.poll_limit and key is not None and key in self.index and paced(gap, tool, args, now, previous, key):
+            c.polls = self.polls + 1
+            stall, self.stall_tool = False, None  # a poll waits for a new result: the same one again is no stall
+        if rules.reword_limit and not c.polls:  # the call's key in other words; only itself for most calls
+            if key is None or (not rules.searches and type(args) is dict and SPELLED.isdisjoint(args)):
+                norm = key
+            else:
+                norm = reworded_of(key, tool, args)
+            if norm is None or norm != self.reword_key:
+                self.reword_key, self.reword_run, self.reword_first, self.reword_mixed = norm, 1, key, False
+            else:
+                self.reword(c, key)
         if stall:  # a call of another tool ends the run of calls the stall rule counts
             if tool != self.stall_tool:
                 self.stall_tool, self.stall_digest, self.stall_n = tool, None, 0
@@ -203,12 +242,27 @@ class _Agent:
                 # the common case, inline: a call it has not just made continues no cycle
                 if self.cycling:
                     self.cycles[:] = no_cycles  # type: ignore[index]
-                    self.cycling = False
+                    self.cycling = self.polling = False
                 recent.append(key)
                 if len(recent) > period:
                     del recent[0]
             else:
                 self.cycle(c, key, period, no_cycles)
+                if not c.cycle_p:
+                    self.polling = False
+                elif rules.poll_limit and (self.polling or paced(gap, tool, args, now, previous, key)):  # type: ignore[arg-type]
+                    self.polling = True  # a cycle through a wait (check, sleep 30, check…) polls
+                    c.cycle_len = c.cycle_p = 0
+
+    def reword(self, c: StepInput, key: int | None) -> None:
+        """The reworded rule: one more tried call (polls aside) in a row that says the same in other words. Once two
+        wordings came, `c.reworded` is how many came before this one; the same words only, again and again, are
+        the repeat rule's."""
+        if key != self.reword_first:
+            self.reword_mixed = True
+        if self.reword_mixed:
+            c.reworded = self.reword_run
+        self.reword_run += 1
 
     def cycle(self, c: StepInput, key: int | None, period: int, no_cycles: list[int]) -> None:
         """Move the cycle rule on by one tried call: sets the longest cycle this call continues, as
@@ -257,8 +311,11 @@ class _Agent:
             before = self.before if self.before is not None else {}
             self.before = before
             before[key] = self.tally[slot]
+            self.polls = 0  # the polls' answer moved: they have their limit again
             if self.last_key == key:
                 self.run = 0
+            if self.reword_key is not None:  # a new result: the wordings before it count no more
+                self.reword_run = 0
             self.cycles = None  # a cycle through a call whose result changed is making progress
             self.cycling = False
 
@@ -842,8 +899,7 @@ class Guard:
         self._overrides = {tool_class_name(tool): dict(o) for tool, o in config.tools}
         self._period = config.cycle_period
         self._no_cycles = [0] * (config.cycle_period + 1)
-        self._stall = bool(config.stall_limit) or any(o.get("stallLimit") for o in self._overrides.values())
-        self._tracking = self._stall or bool(config.cycle_limit)  # the stall or cycle rule counts every call
+        self._stall, self._tracking = steps.tracked(config, self._overrides.values())
         self._call = StepInput()  # fresh: its tallies of rules now off stay 0
         self._reasons: dict[tuple[str, str, int, int, str], str] = {}
         self._warning_texts: dict[tuple[Hit, str, str], str] = {}
@@ -900,7 +956,7 @@ class Guard:
             st.seq = next(self._ticks)  # its place in the order of activity (_Recency): one tick
         self._newest = st
         st.last_tool = tool
-        st.last_seen = now
+        previous, st.last_seen = st.last_seen, now
         own = st.limits
         cap = config.max_calls_per_agent
         if own is not None:
@@ -923,27 +979,27 @@ class Guard:
                 key = call_digest(tool, args)
         c = self._call
         tracking = self._tracking
-        if tracking:  # sets c.stalled, c.cycle_len, c.cycle_p (else they stay 0)
-            st.track(c, rules, tool, key, self._stall, self._period, self._no_cycles)
+        if tracking:  # sets c.stalled, c.cycle_len, c.cycle_p, c.reworded, c.polls (else they stay 0)
+            st.track(c, rules, tool, key, self._stall, self._period, self._no_cycles, args, now, previous)
         limit = rules.dup_limit if own is None else own.get("duplicateLimit", rules.dup_limit)
         slot = None if key is None else st.index.get(key)
         n = seen = 0 if slot is None else st.tally[slot]
         if n and st.before and rules.progress:  # only the identical calls since its result last changed count
             seen = n - st.before.get(key, 0)  # type: ignore[arg-type]
-        in_row = st.run if key is not None and key == st.last_key else 0
+        in_row = 0 if (polls := c.polls) or key is None or key != st.last_key else st.run  # a poll: by pollLimit
         # No step objects below its warning's threshold (a deny's is at or above it): a call below every one of
         # them, the common case, skips the steps, and so does a call no cap warning is on for.
         near = in_row >= rules.rep_near or (seen >= limit - rules.dup_warn and key is not None)
-        near = near or bool(tracking and (c.cycle_p or c.stalled))
+        near = near or bool(tracking and (c.cycle_p or c.stalled or c.reworded or polls))
         if near and seen >= limit and key is not None:  # the duplicate step (the first), inline: the common deny
             return self._deny(st, agent, tool, "duplicate", seen, limit, key)
         if near and (denied := self._denied(c.set(rules, key, seen, limit, in_row, cap), st, agent, tool)) is not None:
             return denied
 
         # Allowed: the call takes its place in the window and the tallies (inline: the hot path).
-        if slot is not None:  # a repeat
+        if slot is not None and not polls:  # a repeat (a poll matches nothing: polls never add up to a duplicate)
             st.repeated(agent, tool, args, judged, key, slot, n, self._top_keys)  # type: ignore[arg-type]
-        elif key is not None:  # a key new to the window: a slot of its own
+        elif key is not None and not polls:  # a key new to the window: a slot of its own
             if st.free:
                 slot = st.free.pop()
                 st.tally[slot] = 1
@@ -951,7 +1007,8 @@ class Guard:
                 slot = len(st.tally)
                 st.tally.append(1)
             st.index[key] = slot
-        ring.append(key)
+        ring.append(None if polls else key)
+        st.polls = polls
         st.calls += 1
         st.run = in_row + 1
         st.last_key = key

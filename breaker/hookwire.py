@@ -327,12 +327,15 @@ def _result_of(harness: str, name: Any, event: dict[str, Any]) -> Any:
         # Claude Code's WebSearch and WebFetch results carry `durationSeconds` / `durationMs`: a
         # search repeated 555 times must not pass for progress because its timing changed.
         return {k: v for k, v in response.items() if not _is_timing(k)}
+    if harness == "claude-code" and isinstance(response, str) and "<timestamp>" in response:
+        lines = response.split("\n")  # BashOutput stamps a `<timestamp>…</timestamp>` line into every answer
+        return "\n".join(x for x in lines if not (x.startswith("<timestamp>") and x.endswith("</timestamp>")))
     return response
 
 
 def _is_timing(key: Any) -> bool:
     low = key.lower() if isinstance(key, str) else ""
-    return "duration" in low or "elapsed" in low
+    return "duration" in low or "elapsed" in low or low == "timestamp"
 
 
 def result_digest(result: Any) -> str:

@@ -383,15 +383,19 @@ def _config_line(config: Config, origin: str) -> str:
 
 
 def _rules_lines(config: Config) -> list[str]:
-    """The rules beyond the seed's that `config` turns on (none: []): the preset, repeat, stall,
-    cycle, progress, per-tool overrides; and the warnings, on a line of their own."""
+    """The rules beyond the seed's that `config` turns on (none: []): the preset, repeat, polls, stall,
+    reworded, cycle, progress, per-tool overrides; and the warnings, on a line of their own."""
     parts = []
     if config.preset != "seed":
         parts.append(f"preset {config.preset}")
     if config.repeat_limit:
         parts.append(f"repeatLimit {config.repeat_limit}")
+    if config.poll_limit:
+        parts.append(f"pollLimit {config.poll_limit} ({config.poll_gap} s)")
     if config.stall_limit:
         parts.append(f"stallLimit {config.stall_limit}")
+    if config.reword_limit:
+        parts.append(f"rewordLimit {config.reword_limit}")
     if config.cycle_limit:
         period = f" (cyclePeriod {config.cycle_period})" if config.cycle_period != BY_KEY["cyclePeriod"].default else ""
         parts.append(f"cycleLimit {config.cycle_limit}{period}")
@@ -406,6 +410,7 @@ def _rules_lines(config: Config) -> list[str]:
             ("duplicateWarn", config.duplicate_warn),
             ("repeatWarn", config.repeat_warn),
             ("stallWarn", config.stall_warn),
+            ("rewordWarn", config.reword_warn),
             ("cycleWarn", config.cycle_warn),
             ("capWarn", config.cap_warn),
         )

@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import re
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any, NamedTuple, get_args
 
 from breaker.config import Config
+from breaker.normalise import searches, writes
 from breaker.vocab import Kind, Outcome, Rule  # the words the rules speak (re-exported)
 
 __all__ = [
@@ -31,6 +32,9 @@ __all__ = [
 
 
 RULES: tuple[Rule, ...] = get_args(Rule)
+# A search whose answer stays the same while its words change: the stall rule's limit for a tool that searches
+# (breaker/normalise.py: searches), when the rule is on with a larger one.
+SEARCH_STALL = 3
 DENY_KINDS: tuple[Kind, ...] = get_args(Kind)
 
 _PLACEHOLDER = re.compile(r"\{(tool|count|limit|kind|agent|rule|how)\}")
@@ -42,6 +46,8 @@ _HOW = {
     "cap": "tool calls in all",
     "tool cap": "calls of this tool",
     "stall": "calls of this tool in a row getting the same result",
+    "reworded": "wordings in a row of the same call",
+    "poll": "polls in a row getting the same result",
 }
 
 
@@ -117,6 +123,8 @@ class StepInput:
         "in_row",
         "key",
         "limit",
+        "polls",
+        "reworded",
         "rules",
         "seen",
         "stalled",
@@ -136,6 +144,8 @@ class StepInput:
         self.cycle_len = 0  # the longest cycle this call continues: its length in calls and its period
         self.cycle_p = 0
         self.stalled = 0  # this tool's last calls in a row that got the same result
+        self.polls = 0  # a poll (a paced repeat of the last call): 1 + the polls in a row before it; else 0
+        self.reworded = 0  # a new wording of the last call: the wordings in a row before it; else 0
 
     def set(self, rules: ToolRules, key: int | None, seen: int, limit: int, in_row: int, cap: int) -> StepInput:
         """The values the steps read, once the call is keyed (the stall and cycle rules' are set as they count)."""
@@ -171,6 +181,23 @@ def repeat(c: StepInput) -> Hit | None:
     return None
 
 
+def poll(c: StepInput) -> Hit | None:
+    """A poll (the last call again, paced: see breaker/normalise.py) after pollLimit polls in a row with no new
+    result. Denied as a repeat: it is one, only slower."""
+    limit = c.rules.poll_limit
+    if c.polls > limit:
+        return _hit(Hit, ("repeat", c.polls - 1, limit, "poll"))
+    return None
+
+
+def reworded(c: StepInput) -> Hit | None:
+    """The same call in other words (breaker/normalise.py), after rewordLimit wordings of it in a row."""
+    limit = c.rules.reword_limit
+    if c.reworded >= limit:
+        return _hit(Hit, ("reworded", c.reworded, limit, ""))
+    return None
+
+
 def cycle(c: StepInput) -> Hit | None:
     """A cycle of calls (A-B-A-B…, periods 2 … cyclePeriod, over the calls tried, denied ones too) past cycleLimit
     rounds."""
@@ -195,6 +222,20 @@ def repeat_near(c: StepInput) -> Hit | None:
     r = c.rules
     if r.rep_warn and c.in_row >= r.rep_limit - r.rep_warn and c.key is not None:
         return _hit(Hit, ("repeat", c.in_row + 1, r.rep_limit, ""))
+    return None
+
+
+def poll_near(c: StepInput) -> Hit | None:
+    r = c.rules
+    if c.polls > r.poll_limit - r.rep_warn and r.rep_warn:
+        return _hit(Hit, ("repeat", c.polls, r.poll_limit, "poll"))
+    return None
+
+
+def reworded_near(c: StepInput) -> Hit | None:
+    r = c.rules
+    if c.reworded and c.reworded >= r.reword_limit - r.reword_warn:
+        return _hit(Hit, ("reworded", c.reworded + 1, r.reword_limit, ""))
     return None
 
 
@@ -232,6 +273,21 @@ def cap_near(c: StepInput) -> Hit | None:
     return None
 
 
+def tracked(config: Config, overrides: Iterable[dict[str, Any]]) -> tuple[bool, bool]:
+    """Whether the stall rule counts results, and whether every keyed call is tracked (`_Agent.track`): the
+    stall, cycle or reworded rule counts every call, or a repeat may be a poll — each on in the config or a
+    tool's overrides."""
+    overrides = list(overrides)
+
+    def on(key: str, value: int) -> bool:
+        return bool(value) or any(o.get(key) for o in overrides)
+
+    stall = on("stallLimit", config.stall_limit)
+    return stall, stall or on("cycleLimit", config.cycle_limit) or on("pollLimit", config.poll_limit) or on(
+        "rewordLimit", config.reword_limit
+    )
+
+
 class Step(NamedTuple):
     """A rule's step: its name, whether it is on for a tool's rules, and the step."""
 
@@ -246,12 +302,16 @@ DENY_ORDER: tuple[Step, ...] = (
     Step("cap", lambda r: True, cap),
     Step("duplicate", lambda r: True, duplicate),
     Step("repeat", lambda r: r.rep_limit, repeat),
+    Step("poll", lambda r: r.poll_limit, poll),
     Step("cycle", lambda r: r.cycle_limit, cycle),
     Step("stall", lambda r: r.stall_limit, stall),
+    Step("reworded", lambda r: r.reword_limit, reworded),
 )
 # The order they warn in, on a call they all allow: the rule whose deny would come first speaks.
 WARN_ORDER: tuple[Step, ...] = (
     Step("repeat", lambda r: r.rep_warn, repeat_near),
+    Step("poll", lambda r: r.poll_limit and r.rep_warn, poll_near),
+    Step("reworded", lambda r: r.reword_warn, reworded_near),
     Step("cycle", lambda r: r.cycle_warn, cycle_near),
     Step("duplicate", lambda r: r.dup_warn, duplicate_near),
     Step("stall", lambda r: r.stall_warn, stall_near),
@@ -272,6 +332,11 @@ class ToolRules:
     rep_limit: int
     rep_near: int
     rep_warn: int
+    poll_gap: int
+    poll_limit: int
+    reword_limit: int
+    reword_warn: int
+    searches: bool
     stall_limit: int
     stall_warn: int
     tool_cap: int
@@ -287,10 +352,15 @@ class ToolRules:
         "dup_warn",
         "judged",
         "name",
+        "poll_gap",
+        "poll_limit",
         "progress",
         "rep_limit",
         "rep_near",
         "rep_warn",
+        "reword_limit",
+        "reword_warn",
+        "searches",
         "stall_limit",
         "stall_warn",
         "tool_cap",
@@ -306,7 +376,14 @@ class ToolRules:
         self.rep_limit = overrides.get("repeatLimit", config.repeat_limit)
         self.rep_warn = min(overrides.get("repeatWarn", config.repeat_warn), self.rep_limit)  # 0 while it is off
         self.rep_near = self.rep_limit - self.rep_warn if self.rep_limit else sys.maxsize  # calls in a row it warns at
-        self.stall_limit = overrides.get("stallLimit", config.stall_limit)
+        self.poll_gap = overrides.get("pollGap", config.poll_gap)
+        self.poll_limit = overrides.get("pollLimit", config.poll_limit) if self.rep_limit else 0  # repeat's, slower
+        self.reword_limit = overrides.get("rewordLimit", config.reword_limit)
+        self.reword_warn = min(overrides.get("rewordWarn", config.reword_warn), self.reword_limit)
+        self.searches = searches(name)  # its string args are words (breaker/normalise.py)
+        # a tool that writes answers the same acknowledgement whatever it wrote: no stall, unless it says so itself
+        stall = 0 if writes(name) else min(config.stall_limit, SEARCH_STALL) if searches(name) else config.stall_limit
+        self.stall_limit = overrides.get("stallLimit", stall)
         self.stall_warn = min(overrides.get("stallWarn", config.stall_warn), self.stall_limit)
         self.tool_cap = overrides.get("maxCalls", 0)
         self.tool_warn = min(overrides.get("maxCallsWarn", 0), self.tool_cap)

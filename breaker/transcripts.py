@@ -354,11 +354,15 @@ def _json_args(raw: Any) -> Any:
 
 # Lines a harness adds to a tool's output that differ on every run of the same command (Codex: the
 # output chunk's id and the wall time; Gemini CLI: the shell's process group and background pids, as
-# cbhook leaves them out live). Left in, every result would look new and a polling loop would always
-# seem to make progress.
+# cbhook leaves them out live; Claude Code: the `<timestamp>` its BashOutput stamps into every answer,
+# in its transcripts and in calls JSONL converted from them). Left in, every result would look new and a
+# polling loop would always seem to make progress.
+_CLAUDE_VOLATILE = re.compile(r"^<timestamp>[^<\n]*</timestamp>\n?", re.M)
 _VOLATILE = {
     "codex": re.compile(r"^(?:Chunk ID|Wall time): [^\n]*\n?", re.M),
     "gemini-cli": re.compile(r"^(?:Process Group PGID|Background PIDs): [^\n]*\n?", re.M),
+    "claude-code": _CLAUDE_VOLATILE,
+    "calls": _CLAUDE_VOLATILE,
 }
 
 
@@ -730,7 +734,7 @@ def _read_calls(objs: list[tuple[int, Any]], source: str, path: Path, reading: R
         index = reading.add(agent, tool, obj.get("args", {}), t)
         result = obj.get("result")
         if result is not None:  # absent or null: no result recorded
-            reading.add_result(index, result)
+            reading.add_result(index, result_value(result, "calls") if type(result) is str else result)
 
 
 # -- paths ----------------------------------------------------------------------------------------

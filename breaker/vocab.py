@@ -11,7 +11,7 @@ __all__ = ["FindingStatus", "Kind", "LayerOrigin", "Outcome", "Plane", "Rule", "
 Plane = Literal["harness", "operator"]
 """The socket a connection came in on; of a request, the least socket it may be sent on (`hello`'s `plane`)."""
 
-Rule = Literal["duplicate", "repeat", "cycle", "stall", "cap"]
+Rule = Literal["duplicate", "repeat", "cycle", "stall", "reworded", "cap"]
 """A rule: what denies a call, or warns the model before it would."""
 
 Kind = Literal[Rule, "interrupted"]

@@ -1,15 +1,22 @@
 """The public corpus of real agent traces (tests/fixtures/corpus, see its README): the manifest and the files agree.
 
 These tests check the corpus's shape and provenance only. They never assert what a rule decides on it: the
-rules are tuned and judged on this corpus elsewhere.
+rules are tuned and judged on this corpus elsewhere. The corpus README's counts and trace table and
+docs/corpus.md's results table are generated here (from MANIFEST.json, and from `cbreplay --compare` on the
+corpus); a test fails when a doc differs from what this file generates. Regenerate both with
+
+    .venv/bin/python tests/test_corpus.py --write
 """
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import re
 import subprocess
 import sys
+from collections.abc import Callable
 from datetime import date
 from pathlib import Path
 
@@ -18,7 +25,10 @@ import pytest
 from breaker.replaycli import main
 from breaker.transcripts import read
 
-CORPUS = Path(__file__).resolve().parent / "fixtures" / "corpus"
+ROOT = Path(__file__).resolve().parent.parent
+CORPUS = ROOT / "tests" / "fixtures" / "corpus"
+README = CORPUS / "README.md"
+CORPUS_DOC = ROOT / "docs" / "corpus.md"
 MANIFEST = json.loads((CORPUS / "MANIFEST.json").read_text())
 ENTRIES = {e["file"]: e for e in MANIFEST}
 FILES = sorted(p.name for p in CORPUS.glob("*.jsonl"))
@@ -129,3 +139,141 @@ def test_the_readme_table_lists_every_trace():
         row = next((line for line in readme.splitlines() if line.startswith(f"| `{entry['file']}` |")), None)
         assert row is not None, entry["file"]
         assert f"| {entry['label']} |" in row and f"| {entry['calls']} |" in row
+
+
+# The generated parts of the docs: each between `<!-- generated: NAME -->` and `<!-- end generated: NAME -->`.
+REGENERATE = ".venv/bin/python tests/test_corpus.py --write"
+# docs/corpus.md's results table: `cbreplay --compare` with these settings, one row each (C-H take one rule
+# out of `recommended` or loosen it: one row per rule, issue 23's reworded rule and polls included).
+COMPARE = [
+    "preset=seed",
+    "preset=recommended",
+    "preset=recommended,progress=false",
+    "preset=recommended,stallLimit=0",
+    "preset=recommended,repeatLimit=3",
+    "preset=recommended,cycleLimit=3",
+    "preset=recommended,rewordLimit=0",
+    "preset=recommended,pollLimit=0",
+]
+
+
+def _source_cell(source: dict) -> str:
+    if source["commit"]:
+        return f"[{source['repo']}]({source['url']}) @ `{source['commit'][:8]}`"
+    m = re.match(r"https://github\.com/([^/]+/[^/]+)/(?:issues|pull)/(\d+)", source["url"])
+    return f"[{m.group(1)}#{m.group(2)}]({source['url']})" if m else f"[{source['repo']}]({source['url']})"
+
+
+def counts_text() -> str:
+    """One line: how many traces, loops, healthy runs and calls, and the traces' size."""
+    loops = [e for e in MANIFEST if e["label"] == "loop"]
+    calls = sum(e["calls"] for e in MANIFEST)
+    size = sum((CORPUS / e["file"]).stat().st_size for e in MANIFEST)
+    return (
+        f"{len(MANIFEST)} traces: **{len(loops)} loops, {len(MANIFEST) - len(loops)} healthy runs**, {calls:,} calls "
+        f"({sum(e['calls'] for e in loops):,} of them in loops), {size / 1024 / 1024:.1f} MB of JSONL."
+    )
+
+
+def trace_table() -> str:
+    """The README's table of every trace, loops first, each group by file name."""
+    rows = [
+        "| file | label | calls | harness · model | source | what repeats |",
+        "|---|---|---|---|---|---|",
+    ]
+    for e in sorted(MANIFEST, key=lambda e: (e["label"] != "loop", e["file"])):
+        cells = [f"`{e['file']}`", e["label"], str(e["calls"]), f"{e['harness']} · {e['model']}"]
+        cells += [_source_cell(e["source"]), e["summary"]]
+        rows.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
+    return "\n".join(rows)
+
+
+def _setting_text(setting: str) -> str:
+    pairs = [p.split("=", 1) for p in setting.split(",")]
+    if len(pairs) == 1:
+        return f"`{pairs[0][0]}: {pairs[0][1]}`"
+    return ", ".join([pairs[0][1], *(f"`{k}: {v}`" for k, v in pairs[1:])])
+
+
+def results_table() -> str:
+    """The command and, per setting, the loops and healthy runs stopped, as `cbreplay --compare --json` counts."""
+    argv = [x for s in COMPARE for x in ("--compare", s)]
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert main([*argv, str(CORPUS), "--json"]) == 0
+    doc = json.loads(out.getvalue())
+    command = " \\\n  ".join(
+        ["cbreplay " + " ".join(f"--compare {s}" for s in COMPARE[:2])]
+        + [" ".join(f"--compare {s}" for s in COMPARE[i : i + 2]) for i in range(2, len(COMPARE), 2)]
+        + ["tests/fixtures/corpus"]
+    )
+    rows = [
+        "```sh",
+        command,
+        "```",
+        "",
+        "| | setting | loops stopped | healthy stopped | healthy warned | median stop | warned first | in time |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for letter, setting in zip("ABCDEFGHIJ", doc["settings"], strict=False):
+        loop, healthy = setting["loop"], setting["healthy"]
+        median = loop["medianFirstStop"]
+        cells = [
+            letter,
+            _setting_text(setting["setting"]),
+            f"{loop['stopped']} of {loop['traces']}",
+            f"{healthy['stopped']} of {healthy['traces']}",
+            f"{healthy['warned']} of {healthy['traces']}",
+            "-" if median is None else f"{median:g}",
+            f"{loop['warnedFirst']} of {loop['stopped']}",
+            f"{loop['inTime']} of {loop['withExpectedStop']}",
+        ]
+        rows.append("| " + " | ".join(cells) + " |")
+    return "\n".join(rows)
+
+
+GENERATED: dict[Path, dict[str, Callable[[], str]]] = {
+    README: {"counts": counts_text, "traces": trace_table},
+    CORPUS_DOC: {"counts": counts_text, "results": results_table},
+}
+
+
+def regenerated(path: Path) -> str:
+    """The file's text with every generated part rebuilt; an error names a part whose markers are missing."""
+    text = path.read_text()
+    for name, build in GENERATED[path].items():
+        begin, end = f"<!-- generated: {name} -->\n", f"\n<!-- end generated: {name} -->"
+        start, stop = text.find(begin), text.find(end)
+        if start < 0 or stop < start:
+            raise ValueError(f"{path.name}: no '{begin.strip()}' ... '{end.strip()}' block")
+        text = text[: start + len(begin)] + build() + text[stop:]
+    return text
+
+
+@pytest.mark.parametrize("path", list(GENERATED), ids=lambda p: p.name)
+def test_the_generated_parts_of_the_docs_are_what_the_manifest_and_cbreplay_compare_give(path):
+    assert path.read_text() == regenerated(path), f"{path.name} is stale: run {REGENERATE}"
+
+
+def test_a_doc_without_its_generated_block_is_an_error_naming_the_block(tmp_path, monkeypatch):
+    doc = tmp_path / "README.md"
+    doc.write_text("# no markers here\n")
+    monkeypatch.setitem(GENERATED, doc, {"traces": trace_table})
+    with pytest.raises(ValueError, match=r"README\.md: no '<!-- generated: traces -->'"):
+        regenerated(doc)
+
+
+def test_the_trace_table_has_one_row_per_manifest_entry_loops_first():
+    rows = trace_table().splitlines()[2:]
+    assert [r.split(" | ")[0] for r in rows] == [
+        f"| `{e['file']}`" for e in sorted(MANIFEST, key=lambda e: (e["label"] != "loop", e["file"]))
+    ]
+    assert all(r.count(" | ") == 5 for r in rows), "a cell with an unescaped pipe"
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] != ["--write"]:
+        sys.exit(f"usage: {REGENERATE}")
+    for doc_path in GENERATED:
+        doc_path.write_text(regenerated(doc_path))
+        print(f"wrote {doc_path.relative_to(ROOT)}")

@@ -436,13 +436,13 @@ def test_compare_table(capsys):
     lines = out.splitlines()
     assert lines[0] == "cbreplay --compare: 9 traces (5 loop, 3 healthy, 1 unlabelled), 3 settings"
     top = lines.index(next(line for line in lines if line.startswith("   setting")))
-    assert lines[top - 1].split() == ["loops", "healthy", "median", "warned", "in", "unlabelled"]
-    assert lines[top].split() == ["setting", "stopped", "stopped", "stop", "first", "time", "stopped"]
+    assert lines[top - 1].split() == ["loops", "healthy", "healthy", "median", "warned", "in", "unlabelled"]
+    assert lines[top].split() == ["setting", "stopped", "stopped", "warned", "stop", "first", "time", "stopped"]
     # A setting too long for its column is cut to fit 100 columns; the list at the end gives it whole.
     assert [line.split() for line in lines[top + 2 : top + 5]] == [
-        ["A", "preset=seed", *"4 of 5 1 of 3 10 0 of 4 0 of 5 1 of 1".split()],
-        ["B", "repeatLimit=3,repeatWarn=1,cycleLimi…", *"5 of 5 1 of 3 4 5 of 5 4 of 5 1 of 1".split()],
-        ["C", "repeatLimit=4,repeatWarn=1,cycleLimi…", *"5 of 5 0 of 3 5 5 of 5 1 of 5 1 of 1".split()],
+        ["A", "preset=seed", *"4 of 5 1 of 3 0 of 3 10 0 of 4 0 of 5 1 of 1".split()],
+        ["B", "repeatLimit=3,repeatWarn=1…", *"5 of 5 1 of 3 1 of 3 4 5 of 5 4 of 5 1 of 1".split()],
+        ["C", "repeatLimit=4,repeatWarn=1…", *"5 of 5 0 of 3 1 of 3 5 5 of 5 1 of 5 1 of 1".split()],
     ]
     assert len(lines[top]) == 100
     assert lines[-3:] == [f"  {name}: {setting}" for name, setting in zip("ABC", SETTINGS, strict=True)]

@@ -105,7 +105,7 @@ def test_a_warning_comes_before_each_rules_first_deny():
     g = Guard(Config.with_preset("recommended"))
     assert run(g, "ab" * 4) == "...wCCCC"  # two rounds allowed, the last call of them warned
     g = Guard(Config.with_preset("recommended"))
-    assert run(g, "abacadaeafagah") == "........w.w.D."  # the fifth and sixth "a" warned, the seventh denied
+    assert run(g, "abacadaeafagah") == "..........w.D."  # the sixth "a" warned, the seventh denied
 
 
 def test_the_warning_names_the_rule_its_tally_and_limit_and_the_tool():
@@ -263,10 +263,10 @@ def test_calls_without_results_never_stall():
 def test_recommended_stops_the_stuck_browser_and_lets_five_stalled_actions_recover():
     g = Guard(Config.with_preset("recommended"))
     stuck = [("browse", f"try {i}", "page") for i in range(8)]
-    assert stall(g, stuck) == ".....wSS"
+    assert stall(g, stuck) == "......wS"  # stallLimit 7: the seventh try warned, the eighth denied
     g = Guard(Config.with_preset("recommended"))
     recovers = [("browse", f"try {i}", "page") for i in range(5)] + [("browse", "the fix", "next page")]
-    assert stall(g, recovers) == ".....w"  # warned on its sixth try, which gets through
+    assert stall(g, recovers) == "......"  # its sixth try gets through, not even warned: the deny was two away
 
 
 # -- per-tool overrides ---------------------------------------------------------------------------

@@ -1,0 +1,214 @@
+"""Reworded calls and paced polls: what the `reworded` rule and the poll pacing read of a call's args.
+
+`reworded_key` is a call's key in other words: the same search in another case, spacing, word order or with
+hyphens, the same shell command with its flags clustered otherwise, quoted otherwise or with `./` before a
+path, all give one key. It keeps what a healthy run changes on purpose: every word of a query (a narrowed
+question has a word more or less), every number (a page, an offset, a line range), every path and every
+positional word of a command. `sleeps` says whether a call waits on purpose before or while it runs (`sleep 30
+&& gh run view …`, `kubectl wait`, a wait tool), which makes a repeat of it a poll.
+
+Pure and cheap: a regular expression or two over the top-level string args, only when the rule is on.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import orjson
+
+from breaker.keys import tool_class_name
+
+__all__ = [
+    "SEARCH_KEYS",
+    "SHELL_KEYS",
+    "SPELLED",
+    "paced",
+    "reworded_key",
+    "reworded_of",
+    "searches",
+    "shell_words",
+    "sleeps",
+    "words",
+    "writes",
+]
+
+# The args a tool searches by, of any tool: their words count as a set.
+SEARCH_KEYS = frozenset(
+    {"query", "q", "pattern", "search", "searchquery", "searchterm", "term", "keywords", "regex", "prompt", "question"}
+)
+# The args holding a shell command, of any tool (a string, or an argv list such as Codex's ["bash", "-lc", …]).
+SHELL_KEYS = frozenset({"command", "cmd", "script", "commandline"})
+# Args naming a path: `./src/` and `src` are one path.
+PATH_KEYS = frozenset({"path", "dir", "directory", "cwd", "filepath", "file", "absolutepath", "dirpath", "target"})
+# The same names as harnesses spell them (snake_case, camelCase): a call with none of them, of a tool that is not
+# a search, has no other words than its own (the fast path, for most calls).
+SPELLED = frozenset(
+    {"search_query", "searchQuery", "search_term", "searchTerm", "command_line", "commandLine", "Query", "Command"}
+    | SEARCH_KEYS
+    | SHELL_KEYS
+)
+_COMMANDS = frozenset({"command", "cmd", "script", "command_line", "commandLine", "Command", "code"})
+_SEARCH_TOOL = re.compile(r"search|grep|google|bing|query|lookup")
+_WAIT_TOOL = re.compile(r"wait|sleep")
+_WRITE_TOOL = re.compile(r"write|edit|create|save|patch|replace|insert|delete|remove|rename|move|upload")
+
+_WORD = re.compile(r"[^\W\d_]+|\d+")  # runs of letters, runs of digits: `Qwen3.8` and `qwen 3.8` say the same
+# A shell word: a control operator (`&&`, `|`, `;`: `cd x&& ls` is `cd x && ls`), or quoted strings and runs of
+# anything else but blanks, quotes and operators, joined.
+_SHELL_WORD = re.compile(r"""&&|\|\||[;|&]|(?:'[^']*'|"(?:\\.|[^"\\])*"|[^\s'";|&]+)+""")
+_QUOTES = re.compile(r"""['"]""")
+_ALTERNATIVE = re.compile(r"\\?\|")
+# A flag cluster (`-rn`, `-Rni`, `-la`) or a long flag (`--color`, `--no-pager`): dropped, they restate the
+# command; a flag holding a number or a value (`-n50`, `--max-count=5`) keeps it.
+_FLAG = re.compile(r"-[A-Za-z]+|--[A-Za-z][\w-]*")
+_SLEEP = re.compile(
+    r"\b(?:sleep|Start-Sleep(?:\s+-(?:s|Seconds))?|timeout(?:\s+/t)?)\s+(\d+(?:\.\d+)?)\s*([smh]?)\b"
+    r"|\btime\.sleep\(\s*(\d+(?:\.\d+)?)\s*\)"
+)
+_WAITS = re.compile(
+    r"\bkubectl\s+(?:\S+\s+)*?(?:wait|rollout\s+status)\b|\bgh\s+(?:run|pr)\s+(?:watch|checks\b[^\n]*--watch)"
+    r"|\b(?:docker|podman)\s+wait\b|\bwait-for(?:-it)?\b"
+)
+_UNIT = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0}
+MIN_SLEEP = 5.0  # seconds: a `sleep` this long or longer is a wait on purpose; `sleep 1` is a pause in a loop
+_MAX_TEXT = 4096  # longer strings (a file's content, a heredoc) are compared as they are
+
+
+def writes(name: str) -> bool:
+    """A tool of this class name writes (a file, an edit, a record): its result is an acknowledgement, the same
+    whatever it wrote, so the stall rule does not count it by default."""
+    return _WRITE_TOOL.search(name) is not None
+
+
+def searches(name: str) -> bool:
+    """A tool of this class name (breaker.keys.tool_class_name) searches: its string args are words."""
+    return _SEARCH_TOOL.search(name) is not None
+
+
+def words(text: str) -> str:
+    """A search's words as a set: case, spacing, order, hyphens and punctuation ignored, numbers kept."""
+    return " ".join(sorted(set(_WORD.findall(text.lower()))))
+
+
+def _path(text: str) -> str:
+    while text.startswith("./"):
+        text = text[2:]
+    return text.rstrip("/") or text
+
+
+def shell_words(command: str) -> str:
+    """A shell command with its flags, quotes and `./` left out: `grep -rn "foo" ./src/` is `grep foo src`."""
+    out = []
+    for word in _SHELL_WORD.findall(command):
+        if _FLAG.fullmatch(word):
+            continue
+        if "=" in word and word.startswith("--"):
+            word = word.split("=", 1)[1]
+        quoted = _QUOTES.search(word) is not None
+        word = _path(_QUOTES.sub("", word))
+        if quoted and "|" in word:  # a quoted pattern's alternatives, in any order: `"b|a"` is `"a|b"`
+            word = "|".join(sorted(set(_ALTERNATIVE.split(word))))
+        out.append(word)
+    return " ".join(out)
+
+
+def _shell(value: Any) -> str | None:
+    if isinstance(value, str):
+        return shell_words(value) if len(value) <= _MAX_TEXT else value
+    if isinstance(value, list) and value and all(isinstance(v, str) for v in value):
+        if len(value) >= 3 and value[-2] in ("-c", "-lc"):  # ["bash", "-lc", "…"]: the command is the last one
+            return _shell(value[-1])
+        return _shell(" ".join(value))
+    return None
+
+
+def reworded_key(tool: str, args: Any) -> int | None:
+    """The call's key in other words (see the module's doc), or None when its args cannot be keyed."""
+    name = tool_class_name(tool)
+    if isinstance(args, str):
+        args = {"command": args} if "shell" in name or "bash" in name else {"query": args}
+    if not isinstance(args, dict):
+        try:
+            return hash(orjson.dumps((name, args), option=orjson.OPT_SORT_KEYS))
+        except Exception:
+            return None
+    searchy = _SEARCH_TOOL.search(name) is not None
+    out: dict[str, Any] = {}
+    for k, v in args.items():
+        arg = tool_class_name(k) if isinstance(k, str) else k
+        if arg in SHELL_KEYS and (shell := _shell(v)) is not None:
+            v = shell
+        elif isinstance(v, str) and len(v) <= _MAX_TEXT:
+            if arg in SEARCH_KEYS or (searchy and arg not in PATH_KEYS):
+                v = words(v)
+            elif arg in PATH_KEYS:  # (a path of a call that searches or runs a command)
+                v = _path(v.strip())
+            else:
+                v = " ".join(v.split())
+        out[arg] = v
+    try:
+        return hash(orjson.dumps((name, out), option=orjson.OPT_SORT_KEYS))
+    except Exception:
+        return None
+
+
+def sleeps(tool: str, args: Any) -> bool:
+    """The call waits on purpose: a wait tool, or a command that sleeps MIN_SLEEP seconds or more, or waits for
+    something outside (`kubectl wait`, `gh run watch`): a repeat of it is a poll."""
+    if _WAIT_TOOL.search(tool_class_name(tool)):
+        return True
+    values = args.values() if isinstance(args, dict) else (args,)
+    for v in values:
+        if isinstance(v, list):
+            v = " ".join(x for x in v if isinstance(x, str))
+        if not isinstance(v, str):
+            continue
+        if _WAITS.search(v):
+            return True
+        for m in _SLEEP.finditer(v):
+            if m.group(3) is not None:
+                seconds = float(m.group(3))
+            else:
+                seconds = float(m.group(1)) * _UNIT[m.group(2)]
+            if seconds >= MIN_SLEEP:
+                return True
+    return False
+
+
+def paced(gap: float, tool: str, args: Any, now: float | None, previous: float | None, key: int) -> bool:
+    """A repeat of the agent's last call (its key `key`) is a poll: it came `gap` seconds or more after the agent's
+    previous call (both times known; `gap` 0: the spacing says nothing), or it waits on purpose (`sleeps`, worked
+    out once per distinct call)."""
+    if gap and now is not None and previous is not None and now - previous >= gap:
+        return True
+    if type(args) is dict and _COMMANDS.isdisjoint(args) and not _WAIT_TOOL.search(tool.lower()):
+        return False  # no command to sleep in, not a wait tool: most calls, without a cache or a regex over args
+    try:
+        return _SLEEPS[key]
+    except KeyError:
+        pass
+    if len(_SLEEPS) >= _REWORDED_MAX:
+        _SLEEPS.clear()
+    waits = _SLEEPS[key] = sleeps(tool, args)
+    return waits
+
+
+_SLEEPS: dict[int, bool] = {}  # a call's key -> it sleeps
+
+
+_REWORDED: dict[int, int | None] = {}  # a call's key -> its key in other words (the same call keys the same)
+_REWORDED_MAX = 4096
+
+
+def reworded_of(key: int, tool: str, args: Any) -> int | None:
+    """`reworded_key` of a call whose exact key is `key`, worked out once per distinct call. (The engine asks only
+    for a call of a tool that `searches`, or with a `SPELLED` arg: any other call is only itself, its own key.)"""
+    try:
+        return _REWORDED[key]
+    except KeyError:
+        pass
+    if len(_REWORDED) >= _REWORDED_MAX:
+        _REWORDED.clear()
+    norm = _REWORDED[key] = reworded_key(tool, args)
+    return norm
