@@ -28,6 +28,7 @@ _STATUS_RANK: dict[Status, int] = {
     "repeat": 0,
     "cycle": 0,
     "stall": 0,
+    "reworded": 0,
     "cap": 1,
     "interrupted": 2,
     "warned": 3,

@@ -246,10 +246,11 @@ def test_every_loop_rule_ranks_and_colours_as_a_loop_caught_above_cap_interrupt_
         _agent("stalled", "stall", 1),
         _agent("paused", "interrupted", 1),
         _agent("cycling", "cycle", 2),
+        _agent("reworded", "reworded", 1),
         _agent("fine", "ok", 5),
     ]
     order = [a.id for a in sorted(agents, key=lambda a: a.danger)]
-    assert order == ["cycling", "stalled", "capped", "paused", "warned", "fine"]
+    assert order == ["cycling", "reworded", "stalled", "capped", "paused", "warned", "fine"]
     roles = dict.fromkeys(THEME_VARIABLES, "x")
     colours = {role: f"#{n:06x}" for n, role in enumerate(["trip", "cap", "interrupted", "ok", "warn"], 1)}
     assert {kind: kind_color(kind, roles | colours) for kind in KIND_ORDER} == {
@@ -257,6 +258,7 @@ def test_every_loop_rule_ranks_and_colours_as_a_loop_caught_above_cap_interrupt_
         "repeat": colours["trip"],
         "cycle": colours["trip"],
         "stall": colours["trip"],
+        "reworded": colours["trip"],
         "cap": colours["cap"],
         "interrupted": colours["interrupted"],
     }

@@ -22,10 +22,11 @@ ABOUT = (
     "the same call is already duplicateLimit times in the agent's window (kind duplicate), when the agent "
     "has made maxCallsPerAgent calls (kind cap), or when you interrupted the agent (kind interrupted); "
     "with preset recommended also at the third identical call in a row (kind repeat), an A-B-A-B cycle in "
-    "its third round (kind cycle), or a tool whose calls keep getting the same result (kind stall). An "
+    "its third round (kind cycle), a tool whose calls keep getting the same result (kind stall), or the "
+    "same call in other words again and again (kind reworded). An "
     "agent's first deny of a kind is a trip; denies counts every denied call. An agent's status is ok, or "
     "the kind of deny its next call meets. Rows are sorted most dangerous first: a loop caught (duplicate, "
-    "repeat, cycle, stall), cap, interrupted, then whoever is closest to a limit.\n"
+    "repeat, cycle, stall, reworded), cap, interrupted, then whoever is closest to a limit.\n"
 )
 
 

@@ -84,7 +84,7 @@ def age(seconds: float | None) -> Text:
 
 # The deny kinds (and the rules that warn) in the order the console lists them: the loops caught, the
 # budget spent, the operator's stop. A kind this console does not know comes after them.
-KIND_ORDER = ("duplicate", "repeat", "cycle", "stall", "cap", "interrupted")
+KIND_ORDER = ("duplicate", "repeat", "cycle", "stall", "reworded", "cap", "interrupted")
 
 # An agent's status word, or a deny kind (shown as it is: one word per idea) -> its colour role.
 _STATUS_ROLE = {
@@ -94,6 +94,7 @@ _STATUS_ROLE = {
     "repeat": "trip",
     "cycle": "trip",
     "stall": "trip",
+    "reworded": "trip",
     "cap": "cap",
     "interrupted": "interrupted",
 }
