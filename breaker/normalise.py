@@ -13,11 +13,14 @@ Pure and cheap: a regular expression or two over the top-level string args, only
 from __future__ import annotations
 
 import re
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import orjson
 
 from breaker.keys import tool_class_name
+
+_T = TypeVar("_T")
 
 __all__ = [
     "SEARCH_KEYS",
@@ -184,14 +187,7 @@ def paced(gap: float, tool: str, args: Any, now: float | None, previous: float |
         return True
     if type(args) is dict and _COMMANDS.isdisjoint(args) and not _WAIT_TOOL.search(tool.lower()):
         return False  # no command to sleep in, not a wait tool: most calls, without a cache or a regex over args
-    try:
-        return _SLEEPS[key]
-    except KeyError:
-        pass
-    if len(_SLEEPS) >= _REWORDED_MAX:
-        _SLEEPS.clear()
-    waits = _SLEEPS[key] = sleeps(tool, args)
-    return waits
+    return _cached(_SLEEPS, key, sleeps, tool, args)
 
 
 _SLEEPS: dict[int, bool] = {}  # a call's key -> it sleeps
@@ -204,11 +200,16 @@ _REWORDED_MAX = 4096
 def reworded_of(key: int, tool: str, args: Any) -> int | None:
     """`reworded_key` of a call whose exact key is `key`, worked out once per distinct call. (The engine asks only
     for a call of a tool that `searches`, or with a `SPELLED` arg: any other call is only itself, its own key.)"""
+    return _cached(_REWORDED, key, reworded_key, tool, args)
+
+
+def _cached(cache: dict[int, _T], key: int, work: Callable[[str, Any], _T], tool: str, args: Any) -> _T:
+    """`work(tool, args)` for the call whose exact key is `key`, once (a bounded cache, emptied when full)."""
     try:
-        return _REWORDED[key]
+        return cache[key]
     except KeyError:
         pass
-    if len(_REWORDED) >= _REWORDED_MAX:
-        _REWORDED.clear()
-    norm = _REWORDED[key] = reworded_key(tool, args)
-    return norm
+    if len(cache) >= _REWORDED_MAX:
+        cache.clear()
+    value = cache[key] = work(tool, args)
+    return value
