@@ -13,7 +13,6 @@ Pure and cheap: a regular expression or two over the top-level string args, only
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
 from typing import Any, TypeVar
 
 import orjson
@@ -185,12 +184,20 @@ def paced(gap: float, tool: str, args: Any, now: float | None, previous: float |
     out once per distinct call)."""
     if gap and now is not None and previous is not None and now - previous >= gap:
         return True
-    if type(args) is dict and _COMMANDS.isdisjoint(args) and not _WAIT_TOOL.search(tool.lower()):
+    if type(args) is dict and _COMMANDS.isdisjoint(args) and not _wait_tool(tool):
         return False  # no command to sleep in, not a wait tool: most calls, without a cache or a regex over args
-    return _cached(_SLEEPS, key, sleeps, tool, args)
+    waits = _SLEEPS.get(key)
+    return _remember(_SLEEPS, key, sleeps(tool, args)) if waits is None else waits
 
 
 _SLEEPS: dict[int, bool] = {}  # a call's key -> it sleeps
+_WAIT_TOOLS: dict[str, bool] = {}  # a tool's name as called -> it names a wait
+
+
+def _wait_tool(tool: str) -> bool:
+    """The tool's name says it waits (`*wait*`, `*sleep*`, any case), worked out once per name."""
+    waits = _WAIT_TOOLS.get(tool)
+    return _remember(_WAIT_TOOLS, tool, _WAIT_TOOL.search(tool.lower()) is not None) if waits is None else waits
 
 
 _REWORDED: dict[int, int | None] = {}  # a call's key -> its key in other words (the same call keys the same)
@@ -200,16 +207,16 @@ _REWORDED_MAX = 4096
 def reworded_of(key: int, tool: str, args: Any) -> int | None:
     """`reworded_key` of a call whose exact key is `key`, worked out once per distinct call. (The engine asks only
     for a call of a tool that `searches`, or with a `SPELLED` arg: any other call is only itself, its own key.)"""
-    return _cached(_REWORDED, key, reworded_key, tool, args)
+    norm = _REWORDED.get(key, _UNSET)
+    return _remember(_REWORDED, key, reworded_key(tool, args)) if norm is _UNSET else norm  # type: ignore[return-value]
 
 
-def _cached(cache: dict[int, _T], key: int, work: Callable[[str, Any], _T], tool: str, args: Any) -> _T:
-    """`work(tool, args)` for the call whose exact key is `key`, once (a bounded cache, emptied when full)."""
-    try:
-        return cache[key]
-    except KeyError:
-        pass
+_UNSET = object()
+
+
+def _remember(cache: dict[Any, _T], key: Any, value: _T) -> _T:
+    """Keep `value` for `key` in a bounded cache (emptied when full), and return it."""
     if len(cache) >= _REWORDED_MAX:
         cache.clear()
-    value = cache[key] = work(tool, args)
+    cache[key] = value
     return value
