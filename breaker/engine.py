@@ -16,7 +16,7 @@ import orjson
 from breaker import rules as steps
 from breaker.config import AGENT_LIMITS, Config
 from breaker.keys import Judged, call_digest, preview, tool_class_name
-from breaker.normalise import SPELLED, paced, reworded_of
+from breaker.normalise import COMMANDS, REWORDED, SPELLED, paced, reworded_of, wait_tool
 from breaker.records import AgentRow, KeyRow
 from breaker.rules import DENY_KINDS, Hit, Kind, Outcome, StepInput, ToolRules, Verdict, fill
 
@@ -139,7 +139,7 @@ class _Agent:
         # the cycle rule, for each period p: how many calls in a row repeated the call p back
         self.cycles: list[int] | None = None
         self.cycling = False  # some entry of cycles is not 0
-        self.recent: list[int | None] | None = None  # the last `period` calls it tried, for the cycle rule
+        self.recent: deque[int | None] | None = None  # the last `period` calls it tried (maxlen), for the cycle rule
         self.period = 0  # the cyclePeriod `recent` and `cycles` were made for
         # progress: per key, its occurrences from before its result last changed
         self.before: dict[int, int] | None = None
@@ -201,71 +201,51 @@ class _Agent:
         results[slot] = seen
         return previous
 
-    def track(
-        self,
-        c: StepInput,
-        rules: ToolRules,
-        tool: str,
-        key: int | None,
-        stall: bool,
-        period: int,
-        no_cycles: list[int],
-        args: Any = None,
-        now: float | None = None,
-        previous: float | None = None,
-    ) -> None:
-        """What the stall, cycle and reworded rules count of every keyed call, denied or not, and whether it is a
-        poll."""
-        c.polls = c.reworded = c.stalled = 0
-        gap = rules.poll_gap
-        if rules.poll_limit and key is not None and key in self.index and paced(gap, tool, args, now, previous, key):
-            c.polls = self.polls + 1
-            stall, self.stall_tool = False, None  # a poll waits for a new result: the same one again is no stall
-        if rules.reword_limit and not c.polls:  # the call's key in other words; only itself for most calls
-            if key is None or (not rules.searches and type(args) is dict and SPELLED.isdisjoint(args)):
-                norm = key
-            else:
-                norm = reworded_of(key, tool, args)
-            if norm is None or norm != self.reword_key:
-                self.reword_key, self.reword_run, self.reword_first, self.reword_mixed = norm, 1, key, False
-            else:
-                self.reword(c, key)
-        if stall:  # a call of another tool ends the run of calls the stall rule counts
-            if tool != self.stall_tool:
-                self.stall_tool, self.stall_digest, self.stall_n = tool, None, 0
-            elif rules.stall_limit:
-                c.stalled = self.stall_n
-        c.cycle_len = c.cycle_p = 0
-        if rules.cycle_limit:  # every call it tries moves the cycle rule on
-            recent = self.recent
-            if recent is not None and (key is None or key not in recent) and self.period == period:
-                # the common case, inline: a call it has not just made continues no cycle
-                if self.cycling:
-                    self.cycles[:] = no_cycles  # type: ignore[index]
-                    self.cycling = self.polling = False
-                recent.append(key)
-                if len(recent) > period:
-                    del recent[0]
-            else:
-                self.cycle(c, key, period, no_cycles)
-                if not c.cycle_p:
-                    self.polling = False
-                elif rules.poll_limit and (self.polling or paced(gap, tool, args, now, previous, key)):  # type: ignore[arg-type]
-                    self.polling = True  # a cycle through a wait (check, sleep 30, check…) polls
-                    c.cycle_len = c.cycle_p = 0
-
-    def reword(self, c: StepInput, key: int | None) -> None:
-        """The reworded rule: one more tried call (polls aside) in a row that says the same in other words. Once two
-        wordings came, `c.reworded` is how many came before this one; the same words only, again and again, are
-        the repeat rule's."""
+    def reword(self, key: int, norm: int | None) -> int:
+        """The reworded rule, for a call whose key in other words is `norm`: one more tried call (polls aside) in a
+        row that says the same in other words? Once two wordings came, how many came before this one (else 0); the
+        same words only, again and again, are the repeat rule's."""
+        if norm is None or norm != self.reword_key:  # a first wording (four stores: no tuple built)
+            self.reword_key = norm
+            self.reword_run = 1
+            self.reword_first = key
+            self.reword_mixed = False
+            return 0
         if key != self.reword_first:
             self.reword_mixed = True
-        if self.reword_mixed:
-            c.reworded = self.reword_run
-        self.reword_run += 1
+        run = self.reword_run
+        self.reword_run = run + 1
+        return run if self.reword_mixed else 0
 
-    def cycle(self, c: StepInput, key: int | None, period: int, no_cycles: list[int]) -> None:
-        """Move the cycle rule on by one tried call: sets the longest cycle this call continues, as
+    def grow(self) -> int:
+        """A new slot at the end (its tally 0, for the caller to set)."""
+        tally = self.tally
+        tally.append(0)
+        return len(tally) - 1
+
+    def cycled(
+        self,
+        rules: ToolRules,
+        key: int | None,
+        period: int,
+        no_cycles: list[int],
+        tool: str,
+        args: Any,
+        now: float | None,
+        previous: float | None,
+    ) -> tuple[int, int]:
+        """The cycle rule's step for a call it has just tried (or one of a new cyclePeriod): the cycle it continues,
+        (0, 0) for none or for a cycle through a wait (check, sleep 30, check…: a poll, not a loop)."""
+        cycle_len, cycle_p = self.cycle(key, period, no_cycles)
+        if not cycle_p:
+            self.polling = False
+        elif rules.poll_limit and (self.polling or paced(rules.poll_gap, tool, args, now, previous, key)):  # type: ignore[arg-type]
+            self.polling = True
+            return 0, 0
+        return cycle_len, cycle_p
+
+    def cycle(self, key: int | None, period: int, no_cycles: list[int]) -> tuple[int, int]:
+        """Move the cycle rule on by one tried call: the longest cycle this call continues, as
         (how many calls in a row follow it including this one, its period), or (0, 0).
 
         `self.recent` holds the last cyclePeriod calls tried; `self.cycles[p]` how many calls in a row
@@ -274,7 +254,7 @@ class _Agent:
         top = period
         recent = self.recent
         if recent is None or self.period != top:
-            recent = self.recent = list(recent or ())[-top:]
+            recent = self.recent = deque(recent or (), maxlen=top)
             self.period = top
         cycles = self.cycles
         if cycles is None or len(cycles) != top + 1:
@@ -297,10 +277,8 @@ class _Agent:
                         best_len, best_p = run + p, p
                 else:
                     cycles[p] = 0
-        recent.append(key)
-        if len(recent) > top:
-            del recent[0]
-        c.cycle_len, c.cycle_p = best_len, best_p
+        recent.append(key)  # (a deque of maxlen `top`: the oldest goes)
+        return best_len, best_p
 
     def progressed(self, key: int, slot: int, digest: str) -> None:
         """Under `progress`: a result of the key came. When it differs from the key's last one, the call made
@@ -421,7 +399,7 @@ class _Agent:
         self.last_key, self.run = state.last_key, state.run
         self.cycles = list(state.cycles) if state.cycles is not None else None
         self.cycling = any(self.cycles or ())
-        self.recent = list(state.recent)[-period:] if state.recent is not None else None
+        self.recent = deque(state.recent, maxlen=period) if state.recent is not None else None
         self.period = period
         self.before = dict(state.before) if state.before is not None else None
         self.ring = deque(state.ring)
@@ -847,7 +825,135 @@ class AgentState:
     retired: bool = False  # only its counts are kept (it ended, or was evicted): no window, not shown
 
 
-class Guard:
+class _Views:
+    """What the guard shows (the read side, for the session and the console): rows of its agents and of their
+    repeated keys. Reads the state `Guard` keeps; changes nothing."""
+
+    _agents: dict[str, _Agent]
+    _interrupted: dict[str, _Interrupt]
+    _limits: dict[str, dict[str, int]]
+    _recency: _Recency
+    _top_keys: _TopKeys
+    _config: Config
+
+    def __len__(self) -> int:
+        return len(self._agents)
+
+    def __contains__(self, agent: object) -> bool:
+        return agent in self._agents
+
+    def agents(self) -> list[str]:
+        """Tracked agent ids, least recently active first."""
+        return self._recency.order()
+
+    def known(self, agent: str) -> bool:
+        """Tracked, or under an interrupt (both are shown to an operator)."""
+        return agent in self._agents or agent in self._interrupted
+
+    def agent_view(self, agent: str) -> AgentRow | None:
+        """`agent`'s row (a new one each time), None if it is neither tracked nor interrupted. Its `harness`
+        and `parent` are left empty: the engine does not know them (the session fills them in)."""
+        st = self._agents.get(agent)
+        if st is None:
+            if agent not in self._interrupted:
+                return None
+            st = _Agent()
+            st.limits = self._limits.get(agent)
+        return self._view(agent, st)
+
+    def _view(self, agent: str, st: _Agent) -> AgentRow:
+        config = self._config
+        worst_count, worst_tool, worst_preview = (1 if st.index else 0), "", ""
+        if st.previews:
+            key = max(st.previews, key=st.count)
+            worst_count = st.count(key)
+            worst_tool, worst_preview = st.previews[key]
+        elif st.ring:
+            worst_tool = st.last_tool
+        interrupt = self._interrupted.get(agent)
+        cap, limit = config.max_calls_per_agent, config.duplicate_limit
+        own = st.limits
+        if own is not None:
+            cap, limit = own.get("maxCallsPerAgent", cap), own.get("duplicateLimit", limit)
+        outcome, last = st.last or ("allow", "")
+        if interrupt is not None:
+            status = rule = "interrupted"
+        elif cap and st.calls >= cap:
+            status = rule = "cap"
+        elif outcome == "deny":
+            status = rule = last
+        elif worst_count >= limit:
+            status = rule = "duplicate"
+        elif outcome == "warn":
+            status, rule = "warned", last
+        else:
+            status, rule = "ok", ""
+        return AgentRow(
+            agent=agent,
+            calls=st.calls,
+            window_fill=len(st.ring),
+            window=config.window,
+            cap=cap,
+            worst_count=worst_count,
+            worst_tool=worst_tool,
+            worst_preview=worst_preview,
+            duplicate_limit=limit,
+            denies=dict(st.denies),
+            status=status,
+            last_tool=st.last_tool,
+            last_seen=st.last_seen,
+            interrupt_reason=interrupt.reason if interrupt is not None else None,
+            warns=dict(st.warns),
+            rule=rule,
+            override=dict(own) if own else {},
+        )
+
+    def window_keys(self, agent: str, top: int = 20) -> tuple[list[KeyRow], int]:
+        """The `top` most repeated keys in `agent`'s window (seen at least twice: only those keep a preview),
+        most first, and how many distinct keys its window holds."""
+        st = self._agents.get(agent)
+        if st is None:
+            return [], 0
+        count, previews = st.count, st.previews
+        rows = [KeyRow(agent=agent, tool=previews[k][0], preview=previews[k][1], count=count(k)) for k in previews]
+        return sorted(rows, key=lambda row: row.count, reverse=True)[:top], len(st.index)
+
+    def interrupted_agents(self) -> list[str]:
+        """Agents under an operator interrupt (tracked or not), least recently active first."""
+        return list(self._interrupted)
+
+    @property
+    def interrupted_count(self) -> int:
+        """How many agents are under an operator interrupt (tracked or not)."""
+        return len(self._interrupted)
+
+    def top_keys(self, top: int = 10) -> list[KeyRow]:
+        """The `top` most repeated keys across all agents' windows (keys seen at least twice).
+
+        Read from the count buckets kept as calls happen: the cost is the number of keys returned
+        plus the empty buckets skipped, never the number of agents."""
+        out: list[KeyRow] = []
+        if top <= 0:
+            return out
+        for agent, key, n in self._top_keys.read(top):
+            tool, text = self._agents[agent].previews[key]
+            out.append(KeyRow(agent=agent, tool=tool, preview=text, count=n))
+        return out
+
+    def snapshot(self, top: int = 10, agents: Iterable[str] | None = None) -> GuardView:
+        """Views of `agents` (default: every tracked or interrupted agent, most recently active
+        first) and the `top` most repeated keys."""
+        if agents is None:
+            ids = self._recency.order()
+            ids.reverse()
+            ids.extend(a for a in reversed(self._interrupted) if a not in self._agents)
+        else:
+            ids = list(agents)
+        views = [v for v in map(self.agent_view, ids) if v is not None]
+        return GuardView(agents=views, top_keys=self.top_keys(top))
+
+
+class Guard(_Views):
     """The circuit breaker. `check()` decides; nothing here reads a clock or touches a file.
 
     `on_remove(agent)` (optional) is told when an agent's state goes away by itself — evicted past
@@ -911,6 +1017,7 @@ class Guard:
         name = tool_class_name(tool)
         judged = name in self._only if self._only else name not in self._exempt
         rules = ToolRules(self._config, name, judged, self._overrides.get(name, {}))
+        rules.wait_tool = wait_tool(tool)
         if len(self._tools) >= _TOOL_CACHE_MAX:
             self._tools.clear()
         self._tools[tool] = rules
@@ -951,21 +1058,18 @@ class Guard:
 
         st = self._agents.get(agent)
         if st is None:
-            st = self._roster.admit(agent)
+            st = self._newest = self._roster.admit(agent)
         elif st is not self._newest:  # the agent of the last check is the most recent already
             st.seq = next(self._ticks)  # its place in the order of activity (_Recency): one tick
-        self._newest = st
+            self._newest = st
         st.last_tool = tool
         previous, st.last_seen = st.last_seen, now
         own = st.limits
-        cap = config.max_calls_per_agent
-        if own is not None:
-            cap = own.get("maxCallsPerAgent", cap)
-        if (cap or rules.tool_cap) and (denied := self._capped(st, agent, tool, rules, cap)) is not None:
-            return denied
+        cap = config.max_calls_per_agent if own is None else own.get("maxCallsPerAgent", config.max_calls_per_agent)
         ring = st.ring
-        while len(ring) > config.window:  # the window was made smaller since this agent's last call
-            st.evict(agent, ring.popleft(), self._top_keys)
+        window = config.window
+        if (cap or rules.tool_cap or len(ring) > window) and (denied := self._capped(st, agent, tool, rules, cap)):
+            return denied
 
         ignore = self._ignore
         if ignore and isinstance(args, dict) and not ignore.isdisjoint(args):
@@ -977,36 +1081,78 @@ class Guard:
                 key = hash(_dumps((tool, args), option=_SORT))  # call_digest's fast path, inlined: the hot path
             except Exception:
                 key = call_digest(tool, args)
-        c = self._call
-        tracking = self._tracking
-        if tracking:  # sets c.stalled, c.cycle_len, c.cycle_p, c.reworded, c.polls (else they stay 0)
-            st.track(c, rules, tool, key, self._stall, self._period, self._no_cycles, args, now, previous)
+        index = st.index
+        slot = None if key is None else index.get(key)
+        # The rules that count every call tried, denied or not (inline: the hot path): whether it is a poll, and
+        # how many in a row before it were a reworded, stalled or cycling call (0: none).
+        polls = reworded = stalled = cycle_len = cycle_p = 0
+        if self._tracking:
+            stall = self._stall
+            if (
+                slot is not None  # a repeat of a call in the window may be a poll (paced's cheap part, inline)
+                and rules.poll_limit
+                and (now is not None or rules.wait_tool or type(args) is not dict or not COMMANDS.isdisjoint(args))
+                and paced(rules.poll_gap, tool, args, now, previous, key)  # type: ignore[arg-type]
+            ):
+                polls = st.polls + 1
+                stall, st.stall_tool = False, None  # a poll waits for a new result: the same one again is no stall
+            if rules.reword_limit and not polls:  # the call's key in other words (breaker/normalise.py)
+                if key is not None and (rules.searches or type(args) is not dict or not SPELLED.isdisjoint(args)):
+                    reworded = st.reword(key, REWORDED.get(key) or reworded_of(key, tool, args))
+                else:  # only itself: no other call says the same, so it ends any run of wordings and starts none
+                    st.reword_key = None
+            if stall and tool != st.stall_tool:  # a call of another tool ends the run of calls the stall rule counts
+                st.stall_tool, st.stall_digest, st.stall_n = tool, None, 0
+            stalled = st.stall_n if stall and rules.stall_limit else 0
+            if rules.cycle_limit:  # every call it tries moves the cycle rule on
+                recent = st.recent
+                if (
+                    recent is not None
+                    and (key is None or key not in recent)
+                    and not st.cycling
+                    and st.period == self._period
+                ):
+                    recent.append(
+                        key
+                    )  # a call it has not just made continues no cycle (inline; maxlen: the oldest goes)
+                else:
+                    cycle_len, cycle_p = st.cycled(rules, key, self._period, self._no_cycles, tool, args, now, previous)
         limit = rules.dup_limit if own is None else own.get("duplicateLimit", rules.dup_limit)
-        slot = None if key is None else st.index.get(key)
-        n = seen = 0 if slot is None else st.tally[slot]
-        if n and st.before and rules.progress:  # only the identical calls since its result last changed count
-            seen = n - st.before.get(key, 0)  # type: ignore[arg-type]
-        in_row = 0 if (polls := c.polls) or key is None or key != st.last_key else st.run  # a poll: by pollLimit
+        n = 0 if slot is None else st.tally[slot]
+        # only the identical calls since its result last changed count
+        seen = n - st.before.get(key, 0) if n and st.before and rules.progress else n  # type: ignore[arg-type]
+        in_row = 0 if polls or key is None or key != st.last_key else st.run  # a poll: by pollLimit
         # No step objects below its warning's threshold (a deny's is at or above it): a call below every one of
         # them, the common case, skips the steps, and so does a call no cap warning is on for.
-        near = in_row >= rules.rep_near or (seen >= limit - rules.dup_warn and key is not None)
-        near = near or bool(tracking and (c.cycle_p or c.stalled or c.reworded or polls))
+        near = (
+            in_row >= rules.rep_near
+            or (seen >= limit - rules.dup_warn and key is not None)
+            or cycle_p
+            or stalled
+            or reworded
+            or polls
+        )
         if near and seen >= limit and key is not None:  # the duplicate step (the first), inline: the common deny
             return self._deny(st, agent, tool, "duplicate", seen, limit, key)
-        if near and (denied := self._denied(c.set(rules, key, seen, limit, in_row, cap), st, agent, tool)) is not None:
+        c = self._call
+        if near and (
+            denied := self._denied(
+                c.set(rules, key, seen, limit, in_row, cap, polls, reworded, stalled, cycle_len, cycle_p),
+                st,
+                agent,
+                tool,
+            )
+        ):
             return denied
 
         # Allowed: the call takes its place in the window and the tallies (inline: the hot path).
         if slot is not None and not polls:  # a repeat (a poll matches nothing: polls never add up to a duplicate)
             st.repeated(agent, tool, args, judged, key, slot, n, self._top_keys)  # type: ignore[arg-type]
         elif key is not None and not polls:  # a key new to the window: a slot of its own
-            if st.free:
-                slot = st.free.pop()
-                st.tally[slot] = 1
-            else:
-                slot = len(st.tally)
-                st.tally.append(1)
-            st.index[key] = slot
+            free = st.free
+            slot = free.pop() if free else st.grow()
+            st.tally[slot] = 1
+            index[key] = slot
         ring.append(None if polls else key)
         st.polls = polls
         st.calls += 1
@@ -1015,32 +1161,36 @@ class Guard:
         st.last = None
         if not st.tier and st.calls >= _NEW_CALLS:
             self._roster.promote(agent, st)
-        if rules.tool_cap or rules.tool_warn:
-            st.count_tool(rules.name)
-        if len(ring) > config.window and (old := ring.popleft()) is not None:
-            old_slot = st.index[old]
+        if len(ring) > window and (old := ring.popleft()) is not None:
+            old_slot = index[old]
             if st.tally[old_slot] == 1 and st.results is None and not st.before:
-                del st.index[old]  # a key seen once leaves: _Agent.leave, inline
+                del index[old]  # a key seen once leaves: _Agent.leave, inline
                 st.tally[old_slot] = 0
                 st.free.append(old_slot)
             else:
                 st.evict(agent, old, self._top_keys)
-        if not near and (rules.tool_warn or (rules.cap_warn and st.calls > cap - rules.cap_warn)):
-            c.set(rules, key, seen, limit, in_row, cap)  # a cap warning may speak (cap_near's test): the steps run
-            near = True
-        if near and (warned := self._warned(c, st, agent, tool, call_id)) is not None:
+        if (near or rules.tallies) and (
+            warned := self._warned(near, rules, st, agent, tool, call_id, key, seen, limit, in_row, cap)
+        ):
             return warned
         if call_id is not None and (rules.progress or self._stall):
             st.remember(call_id, Pending(key, "", rules.progress, tool), self._anon)
         return _new_verdict(Verdict, (True, None, "", seen + 1, limit, False, True, key, "", None))
 
     def _capped(self, st: _Agent, agent: str, tool: str, rules: ToolRules, cap: int) -> Verdict | None:
-        """The cap's step, judged before the call is keyed: its deny, or None."""
-        c = self._call
-        c.rules, c.cap, c.calls = rules, cap, st.calls
-        c.tool_calls = st.tool_calls.get(rules.name, 0) if st.tool_calls else 0
-        hit = steps.cap(c)
-        return None if hit is None else self._deny(st, agent, tool, hit.rule, hit.tally, hit.limit, None)
+        """Before the call is keyed: the cap's step (its deny, or None), and a window made smaller since the agent's
+        last call shrinks to size."""
+        if cap or rules.tool_cap:
+            c = self._call
+            c.rules, c.cap, c.calls = rules, cap, st.calls
+            c.tool_calls = st.tool_calls.get(rules.name, 0) if st.tool_calls else 0
+            hit = steps.cap(c)
+            if hit is not None:
+                return self._deny(st, agent, tool, hit.rule, hit.tally, hit.limit, None)
+        ring = st.ring
+        while len(ring) > self._config.window:
+            st.evict(agent, ring.popleft(), self._top_keys)
+        return None
 
     def _denied(self, c: StepInput, st: _Agent, agent: str, tool: str) -> Verdict | None:
         """The steps of `ToolRules.denies`, in order: the first that objects denies the call (None: none does)."""
@@ -1050,11 +1200,33 @@ class Guard:
                 return self._deny(st, agent, tool, hit.rule, hit.tally, hit.limit, c.key)
         return None
 
-    def _warned(self, c: StepInput, st: _Agent, agent: str, tool: str, call_id: str | int | None) -> Verdict | None:
-        """An allowed call near a limit: the first rule of `ToolRules.warns` that warns (None: none does)."""
+    def _warned(
+        self,
+        near: Any,
+        rules: ToolRules,
+        st: _Agent,
+        agent: str,
+        tool: str,
+        call_id: str | int | None,
+        key: int | None,
+        seen: int,
+        limit: int,
+        in_row: int,
+        cap: int,
+    ) -> Verdict | None:
+        """After an allowed call is recorded: its calls of the tool counted for a per-tool cap, and the first rule of
+        `ToolRules.warns` that warns (None: none does). Reached for a call near a limit (`near`: the steps' input
+        holds its values) and for a tool whose calls are counted or may be warned of a cap."""
+        if rules.counts_tool:  # a per-tool cap, or its warning
+            st.count_tool(rules.name)
+        c = self._call
+        if not near:  # only a cap warning may speak (cap_near's test)
+            if not (rules.tool_warn or (rules.cap_warn and st.calls > cap - rules.cap_warn)):
+                return None
+            c.set(rules, key, seen, limit, in_row, cap, 0, 0, 0, 0, 0)
         c.calls = st.calls
-        c.tool_calls = st.tool_calls.get(c.rules.name, 0) if st.tool_calls else 0
-        for warn in c.rules.warns:
+        c.tool_calls = st.tool_calls.get(rules.name, 0) if st.tool_calls else 0
+        for warn in rules.warns:
             hit = warn(c)
             if hit is not None:
                 rule = hit.rule
@@ -1063,8 +1235,8 @@ class Guard:
                 self.warnings += 1
                 warning = _warning(self._warning_texts, self._config.warn_message, tool, hit, agent)
                 # remembered whatever its rules: a harness may show the warning with the result
-                st.remember(call_id, Pending(c.key, warning, c.rules.progress, tool), self._anon)
-                return Verdict(True, None, "", hit.tally, hit.limit, False, True, c.key, warning, rule)
+                st.remember(call_id, Pending(key, warning, rules.progress, tool), self._anon)
+                return Verdict(True, None, "", hit.tally, hit.limit, False, True, key, warning, rule)
         return None
 
     def result(
@@ -1227,121 +1399,3 @@ class Guard:
 
     def restore_interrupt(self, agent: str, reason: str, denies: int) -> None:
         self._operator.restore_interrupt(agent, reason, denies)
-
-    # -- read-only views ----------------------------------------------------------------------
-
-    def __len__(self) -> int:
-        return len(self._agents)
-
-    def __contains__(self, agent: object) -> bool:
-        return agent in self._agents
-
-    def agents(self) -> list[str]:
-        """Tracked agent ids, least recently active first."""
-        return self._recency.order()
-
-    def known(self, agent: str) -> bool:
-        """Tracked, or under an interrupt (both are shown to an operator)."""
-        return agent in self._agents or agent in self._interrupted
-
-    def agent_view(self, agent: str) -> AgentRow | None:
-        """`agent`'s row (a new one each time), None if it is neither tracked nor interrupted. Its `harness`
-        and `parent` are left empty: the engine does not know them (the session fills them in)."""
-        st = self._agents.get(agent)
-        if st is None:
-            if agent not in self._interrupted:
-                return None
-            st = _Agent()
-            st.limits = self._limits.get(agent)
-        return self._view(agent, st)
-
-    def _view(self, agent: str, st: _Agent) -> AgentRow:
-        config = self._config
-        worst_count, worst_tool, worst_preview = (1 if st.index else 0), "", ""
-        if st.previews:
-            key = max(st.previews, key=st.count)
-            worst_count = st.count(key)
-            worst_tool, worst_preview = st.previews[key]
-        elif st.ring:
-            worst_tool = st.last_tool
-        interrupt = self._interrupted.get(agent)
-        cap, limit = config.max_calls_per_agent, config.duplicate_limit
-        own = st.limits
-        if own is not None:
-            cap, limit = own.get("maxCallsPerAgent", cap), own.get("duplicateLimit", limit)
-        outcome, last = st.last or ("allow", "")
-        if interrupt is not None:
-            status = rule = "interrupted"
-        elif cap and st.calls >= cap:
-            status = rule = "cap"
-        elif outcome == "deny":
-            status = rule = last
-        elif worst_count >= limit:
-            status = rule = "duplicate"
-        elif outcome == "warn":
-            status, rule = "warned", last
-        else:
-            status, rule = "ok", ""
-        return AgentRow(
-            agent=agent,
-            calls=st.calls,
-            window_fill=len(st.ring),
-            window=config.window,
-            cap=cap,
-            worst_count=worst_count,
-            worst_tool=worst_tool,
-            worst_preview=worst_preview,
-            duplicate_limit=limit,
-            denies=dict(st.denies),
-            status=status,
-            last_tool=st.last_tool,
-            last_seen=st.last_seen,
-            interrupt_reason=interrupt.reason if interrupt is not None else None,
-            warns=dict(st.warns),
-            rule=rule,
-            override=dict(own) if own else {},
-        )
-
-    def window_keys(self, agent: str, top: int = 20) -> tuple[list[KeyRow], int]:
-        """The `top` most repeated keys in `agent`'s window (seen at least twice: only those keep a preview),
-        most first, and how many distinct keys its window holds."""
-        st = self._agents.get(agent)
-        if st is None:
-            return [], 0
-        count, previews = st.count, st.previews
-        rows = [KeyRow(agent=agent, tool=previews[k][0], preview=previews[k][1], count=count(k)) for k in previews]
-        return sorted(rows, key=lambda row: row.count, reverse=True)[:top], len(st.index)
-
-    def interrupted_agents(self) -> list[str]:
-        """Agents under an operator interrupt (tracked or not), least recently active first."""
-        return list(self._interrupted)
-
-    @property
-    def interrupted_count(self) -> int:
-        """How many agents are under an operator interrupt (tracked or not)."""
-        return len(self._interrupted)
-
-    def top_keys(self, top: int = 10) -> list[KeyRow]:
-        """The `top` most repeated keys across all agents' windows (keys seen at least twice).
-
-        Read from the count buckets kept as calls happen: the cost is the number of keys returned
-        plus the empty buckets skipped, never the number of agents."""
-        out: list[KeyRow] = []
-        if top <= 0:
-            return out
-        for agent, key, n in self._top_keys.read(top):
-            tool, text = self._agents[agent].previews[key]
-            out.append(KeyRow(agent=agent, tool=tool, preview=text, count=n))
-        return out
-
-    def snapshot(self, top: int = 10, agents: Iterable[str] | None = None) -> GuardView:
-        """Views of `agents` (default: every tracked or interrupted agent, most recently active
-        first) and the `top` most repeated keys."""
-        if agents is None:
-            ids = self._recency.order()
-            ids.reverse()
-            ids.extend(a for a in reversed(self._interrupted) if a not in self._agents)
-        else:
-            ids = list(agents)
-        views = [v for v in map(self.agent_view, ids) if v is not None]
-        return GuardView(agents=views, top_keys=self.top_keys(top))

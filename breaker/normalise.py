@@ -22,6 +22,8 @@ from breaker.keys import tool_class_name
 _T = TypeVar("_T")
 
 __all__ = [
+    "COMMANDS",
+    "REWORDED",
     "SEARCH_KEYS",
     "SHELL_KEYS",
     "SPELLED",
@@ -31,6 +33,7 @@ __all__ = [
     "searches",
     "shell_words",
     "sleeps",
+    "wait_tool",
     "words",
     "writes",
 ]
@@ -50,7 +53,7 @@ SPELLED = frozenset(
     | SEARCH_KEYS
     | SHELL_KEYS
 )
-_COMMANDS = frozenset({"command", "cmd", "script", "command_line", "commandLine", "Command", "code"})
+COMMANDS = frozenset({"command", "cmd", "script", "command_line", "commandLine", "Command", "code"})
 _SEARCH_TOOL = re.compile(r"search|grep|google|bing|query|lookup")
 _WAIT_TOOL = re.compile(r"wait|sleep")
 _WRITE_TOOL = re.compile(r"write|edit|create|save|patch|replace|insert|delete|remove|rename|move|upload")
@@ -184,7 +187,7 @@ def paced(gap: float, tool: str, args: Any, now: float | None, previous: float |
     out once per distinct call)."""
     if gap and now is not None and previous is not None and now - previous >= gap:
         return True
-    if type(args) is dict and _COMMANDS.isdisjoint(args) and not _wait_tool(tool):
+    if type(args) is dict and COMMANDS.isdisjoint(args) and not wait_tool(tool):
         return False  # no command to sleep in, not a wait tool: most calls, without a cache or a regex over args
     waits = _SLEEPS.get(key)
     return _remember(_SLEEPS, key, sleeps(tool, args)) if waits is None else waits
@@ -194,21 +197,21 @@ _SLEEPS: dict[int, bool] = {}  # a call's key -> it sleeps
 _WAIT_TOOLS: dict[str, bool] = {}  # a tool's name as called -> it names a wait
 
 
-def _wait_tool(tool: str) -> bool:
+def wait_tool(tool: str) -> bool:
     """The tool's name says it waits (`*wait*`, `*sleep*`, any case), worked out once per name."""
     waits = _WAIT_TOOLS.get(tool)
     return _remember(_WAIT_TOOLS, tool, _WAIT_TOOL.search(tool.lower()) is not None) if waits is None else waits
 
 
-_REWORDED: dict[int, int | None] = {}  # a call's key -> its key in other words (the same call keys the same)
-_REWORDED_MAX = 4096
+REWORDED: dict[int, int | None] = {}  # a call's key -> its key in other words (the same call keys the same)
+REWORDED_MAX = 4096
 
 
 def reworded_of(key: int, tool: str, args: Any) -> int | None:
     """`reworded_key` of a call whose exact key is `key`, worked out once per distinct call. (The engine asks only
     for a call of a tool that `searches`, or with a `SPELLED` arg: any other call is only itself, its own key.)"""
-    norm = _REWORDED.get(key, _UNSET)
-    return _remember(_REWORDED, key, reworded_key(tool, args)) if norm is _UNSET else norm  # type: ignore[return-value]
+    norm = REWORDED.get(key, _UNSET)
+    return _remember(REWORDED, key, reworded_key(tool, args)) if norm is _UNSET else norm  # type: ignore[return-value]
 
 
 _UNSET = object()
@@ -216,7 +219,7 @@ _UNSET = object()
 
 def _remember(cache: dict[Any, _T], key: Any, value: _T) -> _T:
     """Keep `value` for `key` in a bounded cache (emptied when full), and return it."""
-    if len(cache) >= _REWORDED_MAX:
+    if len(cache) >= REWORDED_MAX:
         cache.clear()
     cache[key] = value
     return value

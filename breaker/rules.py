@@ -147,9 +147,29 @@ class StepInput:
         self.polls = 0  # a poll (a paced repeat of the last call): 1 + the polls in a row before it; else 0
         self.reworded = 0  # a new wording of the last call: the wordings in a row before it; else 0
 
-    def set(self, rules: ToolRules, key: int | None, seen: int, limit: int, in_row: int, cap: int) -> StepInput:
-        """The values the steps read, once the call is keyed (the stall and cycle rules' are set as they count)."""
+    def set(
+        self,
+        rules: ToolRules,
+        key: int | None,
+        seen: int,
+        limit: int,
+        in_row: int,
+        cap: int,
+        polls: int,
+        reworded: int,
+        stalled: int,
+        cycle_len: int,
+        cycle_p: int,
+    ) -> StepInput:
+        """The values the steps read, once the call is keyed and counted."""
         self.rules, self.key, self.seen, self.limit, self.in_row, self.cap = rules, key, seen, limit, in_row, cap
+        self.polls, self.reworded, self.stalled, self.cycle_len, self.cycle_p = (
+            polls,
+            reworded,
+            stalled,
+            cycle_len,
+            cycle_p,
+        )
         return self
 
 
@@ -274,9 +294,9 @@ def cap_near(c: StepInput) -> Hit | None:
 
 
 def tracked(config: Config, overrides: Iterable[dict[str, Any]]) -> tuple[bool, bool]:
-    """Whether the stall rule counts results, and whether every keyed call is tracked (`_Agent.track`): the
-    stall, cycle or reworded rule counts every call, or a repeat may be a poll — each on in the config or a
-    tool's overrides."""
+    """Whether the stall rule counts results, and whether every keyed call is tracked (the counting block of
+    `Guard.check`): the stall, cycle or reworded rule counts every call, or a repeat may be a poll — each on in the
+    config or a tool's overrides."""
     overrides = list(overrides)
 
     def on(key: str, value: int) -> bool:
@@ -325,6 +345,7 @@ class ToolRules:
     that are on for them, in order."""
 
     cap_warn: int
+    counts_tool: bool
     cycle_limit: int
     cycle_warn: int
     dup_limit: int
@@ -339,12 +360,15 @@ class ToolRules:
     searches: bool
     stall_limit: int
     stall_warn: int
+    tallies: bool
     tool_cap: int
     tool_warn: int
     progress: bool
+    wait_tool: bool
 
     __slots__ = (
         "cap_warn",
+        "counts_tool",
         "cycle_limit",
         "cycle_warn",
         "denies",
@@ -363,13 +387,16 @@ class ToolRules:
         "searches",
         "stall_limit",
         "stall_warn",
+        "tallies",
         "tool_cap",
         "tool_warn",
+        "wait_tool",
         "warns",
     )
 
     def __init__(self, config: Config, name: str, judged: bool, overrides: dict[str, Any]) -> None:
         self.judged = judged
+        self.wait_tool = False  # its name as called says it waits (breaker/normalise.py: wait_tool); set by the engine
         self.name = name  # the tool's class name (case, `_` and `-` ignored), as exempt compares
         self.dup_limit = overrides.get("duplicateLimit", config.duplicate_limit)
         self.dup_warn = overrides.get("duplicateWarn", config.duplicate_warn)
@@ -391,6 +418,9 @@ class ToolRules:
         self.cycle_limit = config.cycle_limit
         self.cycle_warn = config.cycle_warn if config.cycle_limit else 0  # each rule warns only while it is on
         self.cap_warn = min(config.cap_warn, config.max_calls_per_agent)
+        self.counts_tool = bool(self.tool_cap or self.tool_warn)  # its calls are counted, for a per-tool cap
+        # what an allowed call leaves to the steps after it is recorded even when it nears no other limit
+        self.tallies = bool(self.counts_tool or self.cap_warn)
         # the steps after the cap's, as this tool's limits turn them on
         self.denies = tuple(step.judge for step in DENY_ORDER[1:] if step.on(self))
         self.warns = tuple(step.judge for step in WARN_ORDER if step.on(self))
