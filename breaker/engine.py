@@ -375,6 +375,7 @@ class _Agent:
     def export(self, agent: str) -> AgentState:
         """Its state as plain values (the limits are the guard's to add)."""
         index, results = self.index, self.results
+        wording = self.reword_key is not None
         return AgentState(
             agent=agent,
             calls=self.calls,
@@ -386,7 +387,7 @@ class _Agent:
             warns=dict(self.warns),
             last=self.last,
             last_key=self.last_key,
-            run=self.run,
+            run=self.run if self.last_key is not None else 0,  # (a run of calls it could not key counts for nothing)
             cycles=list(self.cycles) if self.cycles is not None else None,
             recent=list(self.recent) if self.recent is not None else None,
             before=dict(self.before) if self.before is not None else None,
@@ -399,10 +400,12 @@ class _Agent:
             stall=(self.stall_tool, self.stall_digest, self.stall_n) if self.stall_tool is not None else None,
             polls=self.polls,
             polling=self.polling,
+            # the reworded rule's run, only while its last call had a key in other words: otherwise the next call
+            # starts a run whatever it is, and what else it holds counts for nothing
             reword_key=self.reword_key,
-            reword_run=self.reword_run,
-            reword_first=self.reword_first,
-            reword_mixed=self.reword_mixed,
+            reword_run=self.reword_run if wording else 0,
+            reword_first=self.reword_first if wording else None,
+            reword_mixed=self.reword_mixed and wording,
             limits=dict(self.limits) if self.limits else None,
         )
 

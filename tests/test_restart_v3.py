@@ -130,6 +130,7 @@ TRIED: list[tuple[str, Any]] = [
     ("web_search", {"query": "qwen3.8 release notes"}),
     ("web_search", {"query": "Release-Notes qwen 3.8"}),
     ("write", {"path": "a.py"}),
+    ("read", {"data": {1, 2}}),  # args no JSON can carry: a call the guard cannot key
 ]
 
 
