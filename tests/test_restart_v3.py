@@ -20,13 +20,13 @@ from tests.conftest import Conn, request
 
 REC = Config.with_preset("recommended")
 POLL = "gh run view 123456 --json status,conclusion"
-QUERIES = [
-    "qwen3.8 release notes",
-    "release notes qwen3.8",
-    "Qwen 3.8 release-notes",
-    "QWEN3.8  Release Notes",
-    "notes release Qwen 3.8",
-    "qwen-3.8 release notes",
+QUERIES = [  # one search in six wordings: case, order, spacing, hyphens
+    "vllm tool parser repeated calls",
+    "repeated calls vllm tool parser",
+    "vLLM tool-parser repeated calls",
+    "VLLM  Tool Parser Repeated Calls",
+    "tool parser vllm calls repeated",
+    "vllm tool parser repeated-calls",
 ]
 
 Call = tuple[str, Any, float | None, str | None]  # tool, args, time, its result (None: none reported)
