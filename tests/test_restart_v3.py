@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -247,6 +248,15 @@ def test_a_bad_poll_count_in_the_state_file_is_named_and_costs_only_that_count(t
     (polls,) = [n for n in loaded.notes if "polls" in n]
     assert "'a'" in polls and "'lots'" in polls and "a count" in polls and str(tmp_path) in polls
     assert any("polling" in n and "true or false" in n for n in loaded.notes)
+
+
+@pytest.mark.parametrize("value", [-1, 1.5, True, None, [3], 18446744073709551615, 1e29], ids=repr)
+def test_a_poll_count_that_is_no_count_is_named_whatever_it_holds(tmp_path: Path, value: Any):
+    loaded, state = bad(tmp_path, polls=value)
+    a = loaded.agents[1].state
+    assert a.polls == 0 and (a.polling, a.reword_run, a.calls) == (True, 2, state.calls)
+    (note,) = loaded.notes
+    assert "'a'" in note and "polls" in note and "a count" in note
 
 
 def test_a_bad_wording_field_in_the_state_file_drops_only_the_reworded_rules_state(tmp_path: Path):
