@@ -206,21 +206,20 @@ def replay(
     last_agent: str | None = None
     tally = _Tally()
     counts = tally.counts
-    last_call: dict[str, tuple[float, Any]] = {}  # agent -> its last call's time, and its args if it ran
+    last_call: dict[str, tuple[float, Any, int | None]] = {}  # agent -> its last call's time, args if it ran, key
+    sleeps: dict[int, float] = {}  # a call's key -> the seconds it sleeps (worked out once per distinct call)
     for i, (agent, tool, args, t) in enumerate(reading.calls):
-        if t is not None:
-            now = t
-        elif (before := last_call.get(agent)) is not None:
-            now = before[0] + slept(before[1])
-        else:
-            now = 0.0
+        now = t if t is not None else _untimed(last_call.get(agent), sleeps)
         if results:
             v = check(agent, tool, args, now, call_id=i)
             if v.allowed and i in results:
                 report(agent, results[i], call_id=i)
         else:
             v = check(agent, tool, args, now)
-        last_call[agent] = (now, args if v.allowed else None)  # a denied call did not run: it slept no time
+        if v.allowed:
+            last_call[agent] = (now, args, v.key)
+        else:  # a denied call did not run: it slept no time
+            last_call[agent] = (now, None, None)
         if agent != last_agent:  # transcripts come agent by agent: look the tally up only on a change
             last_agent = agent
             found = tallies.get(agent)
@@ -294,6 +293,20 @@ def replay(
                 row.first_warning = FirstWarning(n, after, rule, count, limit, tool, args)
         rows.append(row)
     return Replay(config, rows, out, reading)
+
+
+def _untimed(before: tuple[float, Any, int | None] | None, sleeps: dict[int, float]) -> float:
+    """When a call without a time comes: its agent's call `before` it (time, args if it ran, key) ended, the
+    seconds that call sleeps after it began (the first call of an agent: 0)."""
+    if before is None:
+        return 0.0
+    began, args, key = before
+    if key is None:
+        return began + slept(args)
+    seconds = sleeps.get(key)
+    if seconds is None:
+        seconds = sleeps[key] = slept(args)
+    return began + seconds
 
 
 def _tree_order(agents: Mapping[str, Agent]) -> list[Agent]:
