@@ -353,6 +353,7 @@ class _Agent:
     def export(self, agent: str) -> AgentState:
         """Its state as plain values (the limits are the guard's to add)."""
         index, results = self.index, self.results
+        wording = self.reword_key is not None
         return AgentState(
             agent=agent,
             calls=self.calls,
@@ -364,7 +365,7 @@ class _Agent:
             warns=dict(self.warns),
             last=self.last,
             last_key=self.last_key,
-            run=self.run,
+            run=self.run if self.last_key is not None else 0,  # (a run of calls it could not key counts for nothing)
             cycles=list(self.cycles) if self.cycles is not None else None,
             recent=list(self.recent) if self.recent is not None else None,
             before=dict(self.before) if self.before is not None else None,
@@ -375,6 +376,14 @@ class _Agent:
             ),
             tool_calls=dict(self.tool_calls) if self.tool_calls is not None else None,
             stall=(self.stall_tool, self.stall_digest, self.stall_n) if self.stall_tool is not None else None,
+            polls=self.polls,
+            polling=self.polling,
+            # the reworded rule's run, only while its last call had a key in other words: otherwise the next call
+            # starts a run whatever it is, and what else it holds counts for nothing
+            reword_key=self.reword_key,
+            reword_run=self.reword_run if wording else 0,
+            reword_first=self.reword_first if wording else None,
+            reword_mixed=self.reword_mixed and wording,
             limits=dict(self.limits) if self.limits else None,
         )
 
@@ -402,6 +411,10 @@ class _Agent:
         self.recent = deque(state.recent, maxlen=period) if state.recent is not None else None
         self.period = period
         self.before = dict(state.before) if state.before is not None else None
+        # polls and wordings in a row: keyed by digests too, so they come back with the window or not at all
+        self.polls, self.polling = state.polls, state.polling
+        self.reword_key, self.reword_run = state.reword_key, state.reword_run
+        self.reword_first, self.reword_mixed = state.reword_first, state.reword_mixed
         self.ring = deque(state.ring)
         index, tally = self.index, self.tally
         for key in state.ring:
@@ -821,6 +834,12 @@ class AgentState:
     results: dict[int, int] | None = None  # progress: per key, a hash of its last result's digest
     tool_calls: dict[str, int] | None = None  # per-tool caps: calls per tool (by class name)
     stall: tuple[str, str | None, int] | None = None  # the stall rule: tool, result digest, calls that got it
+    polls: int = 0  # polls in a row since a result last changed (pollLimit)
+    polling: bool = False  # the cycle its calls go round has a wait in it (the cycle rule lets it go round)
+    reword_key: int | None = None  # the reworded rule: the key in other words of its last tried calls,
+    reword_run: int = 0  # how many in a row had it,
+    reword_first: int | None = None  # the first one's exact key,
+    reword_mixed: bool = False  # and whether another wording came since
     limits: dict[str, int] | None = None  # the operator's override of its cap / duplicate limit
     retired: bool = False  # only its counts are kept (it ended, or was evicted): no window, not shown
 

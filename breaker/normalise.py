@@ -33,6 +33,7 @@ __all__ = [
     "searches",
     "shell_words",
     "sleeps",
+    "slept",
     "wait_tool",
     "words",
     "writes",
@@ -74,6 +75,13 @@ _SLEEP = re.compile(
 _WAITS = re.compile(
     r"\bkubectl\s+(?:\S+\s+)*?(?:wait|rollout\s+status)\b|\bgh\s+(?:run|pr)\s+(?:watch|checks\b[^\n]*--watch)"
     r"|\b(?:docker|podman)\s+wait\b|\bwait-for(?:-it)?\b"
+)
+# What a command says it sleeps, for a clock: `sleep N`, `Start-Sleep N`, `time.sleep(N)`, and Windows' `timeout
+# /t N` (or `timeout N` on its own). GNU's `timeout N command` is a limit on the command, not a sleep: not counted.
+_SLEPT = re.compile(
+    r"\b(?:sleep|Start-Sleep(?:\s+-(?:s|Seconds))?|timeout\s+/t)\s+(\d+(?:\.\d+)?)\s*([smh]?)\b"
+    r"|\btimeout\s+(\d+)\s*(?:/nobreak\b|$|[;&|)])|\btime\.sleep\(\s*(\d+(?:\.\d+)?)\s*\)",
+    re.MULTILINE,
 )
 _UNIT = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0}
 MIN_SLEEP = 5.0  # seconds: a `sleep` this long or longer is a wait on purpose; `sleep 1` is a pause in a loop
@@ -179,6 +187,31 @@ def sleeps(tool: str, args: Any) -> bool:
             if seconds >= MIN_SLEEP:
                 return True
     return False
+
+
+def slept(args: Any) -> float:
+    """The seconds a call's command says it sleeps, in all (0: none said): what replay's clock moves on by after
+    the call when a trace has no times. Read from the args holding a command (`command`, `cmd`, `script`, `code`,
+    …; args that are a string or an argv list); a wait whose length the text does not give (`kubectl wait`, a
+    wait tool) adds nothing."""
+    if type(args) is dict:
+        if COMMANDS.isdisjoint(args):
+            return 0.0
+        values: Any = [args[k] for k in COMMANDS.intersection(args)]
+    else:
+        values = (args,)
+    seconds = 0.0
+    for v in values:
+        if isinstance(v, list):
+            v = " ".join(x for x in v if isinstance(x, str))
+        if not isinstance(v, str):
+            continue
+        for m in _SLEPT.finditer(v):
+            if m.group(1) is not None:
+                seconds += float(m.group(1)) * _UNIT[m.group(2)]
+            else:
+                seconds += float(m.group(3) or m.group(4))
+    return seconds
 
 
 def paced(gap: float, tool: str, args: Any, now: float | None, previous: float | None, key: int) -> bool:

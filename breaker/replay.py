@@ -14,6 +14,7 @@ import yaml
 from breaker.config import BY_KEY, Config, ConfigError, Problem, describe_value
 from breaker.engine import Guard
 from breaker.keys import preview, tool_class_name
+from breaker.normalise import slept
 from breaker.patch import PatchSources, load
 from breaker.transcripts import (
     Agent,
@@ -183,6 +184,11 @@ def replay(
 ) -> Replay:
     """Feed every call, in input order, into one Guard with `config` (now = the call's time); tally per agent.
 
+    A call without a time comes when the agent's call before it ended as far as the trace can say: that call's
+    time plus the seconds its command sleeps (`breaker.normalise.slept`; 0 when it does not sleep, or was denied
+    and so never ran: back to back). So a check after a separate `sleep 30` call comes 30 s after it, as the live
+    guard's clock sees it.
+
     A call's recorded result (`reading.results`) is reported to the guard right after the call is
     allowed, before that agent's next call, as a harness reports it live (rules with `progress` use
     it). A denied call's recorded result is not reported: the tool would not have run.
@@ -200,13 +206,20 @@ def replay(
     last_agent: str | None = None
     tally = _Tally()
     counts = tally.counts
+    last_call: dict[str, tuple[float, Any, int | None]] = {}  # agent -> its last call's time, args if it ran, key
+    sleeps: dict[int, float] = {}  # a call's key -> the seconds it sleeps (worked out once per distinct call)
     for i, (agent, tool, args, t) in enumerate(reading.calls):
+        now = t if t is not None else _untimed(last_call.get(agent), sleeps)
         if results:
-            v = check(agent, tool, args, t, call_id=i)
+            v = check(agent, tool, args, now, call_id=i)
             if v.allowed and i in results:
                 report(agent, results[i], call_id=i)
         else:
-            v = check(agent, tool, args, t)
+            v = check(agent, tool, args, now)
+        if v.allowed:
+            last_call[agent] = (now, args, v.key)
+        else:  # a denied call did not run: it slept no time
+            last_call[agent] = (now, None, None)
         if agent != last_agent:  # transcripts come agent by agent: look the tally up only on a change
             last_agent = agent
             found = tallies.get(agent)
@@ -280,6 +293,20 @@ def replay(
                 row.first_warning = FirstWarning(n, after, rule, count, limit, tool, args)
         rows.append(row)
     return Replay(config, rows, out, reading)
+
+
+def _untimed(before: tuple[float, Any, int | None] | None, sleeps: dict[int, float]) -> float:
+    """When a call without a time comes: its agent's call `before` it (time, args if it ran, key) ended, the
+    seconds that call sleeps after it began (the first call of an agent: 0)."""
+    if before is None:
+        return 0.0
+    began, args, key = before
+    if key is None:
+        return began + slept(args)
+    seconds = sleeps.get(key)
+    if seconds is None:
+        seconds = sleeps[key] = slept(args)
+    return began + seconds
 
 
 def _tree_order(agents: Mapping[str, Agent]) -> list[Agent]:

@@ -166,6 +166,13 @@ def encode_agent(agent: str, state: AgentState | None, harness: str, parent: str
         body["tool_calls"] = state.tool_calls
     if state.stall:
         body["stall"] = state.stall
+    if state.polls:
+        body["polls"] = state.polls
+    if state.polling:
+        body["polling"] = True
+    if state.reword_key is not None:
+        body["reword_key"], body["reword_run"] = state.reword_key, state.reword_run
+        body["reword_first"], body["reword_mixed"] = state.reword_first, state.reword_mixed
     if state.limits:
         body["limits"] = state.limits
     if state.retired:
@@ -210,7 +217,9 @@ def _records(data: bytes | memoryview) -> Iterable[tuple[int, int, str, memoryvi
         at = end
 
 
-def _decode_agent(agent: str, body: memoryview) -> AgentRecord:
+def _decode_agent(agent: str, body: memoryview, notes: list[str] | None = None) -> AgentRecord:
+    """An agent's record. A bad value in a field written since the first format (polls, wordings) costs only
+    that field, which starts again as in a file without it: said in `notes`."""
     obj = orjson.loads(body)
     ring = array.array("q")
     ring.frombytes(base64.b64decode(obj["ring"]))
@@ -239,9 +248,52 @@ def _decode_agent(agent: str, body: memoryview) -> AgentRecord:
         stall=_stall(obj.get("stall")),
         limits={str(k): int(v) for k, v in obj["limits"].items()} if obj.get("limits") else None,
         retired=obj.get("retired") is True,
+        **_checked(agent, obj, notes),
     )
     parent = obj.get("parent")
     return AgentRecord(state, str(obj.get("harness") or ""), parent if isinstance(parent, str) else None)
+
+
+_INT64 = range(-(2**63), 2**63)  # a digest: what hash() gives
+_COUNT = range(2**63)
+# Fields checked one by one, each with what it must hold: a bad one is left out with a note, never the agent.
+_CHECKED: dict[str, tuple[Callable[[Any], bool], str, Any]] = {
+    "polls": (lambda v: type(v) is int and v in _COUNT, "a count (an integer of 0 or more)", 0),
+    "polling": (lambda v: type(v) is bool, "true or false", False),
+    "reword_key": (lambda v: type(v) is int and v in _INT64, "a digest (a 64-bit integer)", None),
+    "reword_run": (lambda v: type(v) is int and v in _COUNT, "a count (an integer of 0 or more)", 0),
+    "reword_first": (
+        lambda v: v is None or (type(v) is int and v in _INT64),
+        "a digest (a 64-bit integer) or null",
+        None,
+    ),
+    "reword_mixed": (lambda v: type(v) is bool, "true or false", False),
+}
+_REWORD = ("reword_key", "reword_run", "reword_first", "reword_mixed")  # one state: all of them or none
+
+
+def _checked(agent: str, obj: dict[str, Any], notes: list[str] | None) -> dict[str, Any]:
+    """The polls' and the reworded rule's state of an agent's record, each field as it must be. A field absent
+    (a file from before they were kept) is its default; a bad one too, said in `notes` naming the agent and the
+    field — a bad wording field drops the reworded rule's whole state (the run starts again), nothing else."""
+    out: dict[str, Any] = {}
+    for name, (good, expected, _default) in _CHECKED.items():
+        if name not in obj:
+            continue
+        value = obj[name]
+        if good(value):
+            out[name] = value
+        elif notes is not None:
+            what = repr(value)
+            what = what if len(what) <= 40 else what[:37] + "..."
+            lost = "its wordings in a row start again" if name in _REWORD else f"it starts again at {_default!r}"
+            notes.append(
+                f"agent {agent!r}: {name} holds {what}, not {expected}: {lost} (the rest of its state is kept)"
+            )
+    if not all(name in out for name in _REWORD):
+        for name in _REWORD:
+            out.pop(name, None)
+    return out
 
 
 def _last(value: Any) -> tuple[Outcome, Kind] | None:
@@ -434,6 +486,7 @@ def load(path: Path, max_bytes: int = MAX_STATE_BYTES) -> tuple[SavedState, int]
 def _parse(data: bytes, path: Path) -> tuple[SavedState, int]:
     out = SavedState()
     agents: dict[str, AgentRecord | None] = {}
+    said: dict[str, list[str]] = {}  # agent -> what its record held that could not be used
     good = 0
     first = True
     try:
@@ -455,7 +508,8 @@ def _parse(data: bytes, path: Path) -> tuple[SavedState, int]:
                 first = False
             elif kind == _AGENT:
                 agents.pop(ident, None)  # re-inserted last: the order of the file is the order of activity
-                agents[ident] = _decode_agent(ident, body)
+                said[ident] = []  # only what its last record holds is worth saying
+                agents[ident] = _decode_agent(ident, body, said[ident])
             elif kind == _GONE:
                 agents.pop(ident, None)
             elif kind == _GUARD:
@@ -474,6 +528,7 @@ def _parse(data: bytes, path: Path) -> tuple[SavedState, int]:
             "a crash mid-write loses at most that save)"
         )
     out.agents = [r for r in agents.values() if r is not None]
+    out.notes.extend(f"{path}: {note}" for agent in agents for note in said.get(agent, ()))
     return out, good
 
 
