@@ -544,3 +544,14 @@ def test_a_command_of_programs_that_only_read_writes_nothing(command):
 )
 def test_a_command_that_may_write_is_one(command):
     assert writes_command(command)
+
+
+def test_a_call_gone_from_the_window_takes_its_answers_with_it_and_its_slot_starts_clean():
+    g = Guard(REC.updated({"window": 4}))
+    other = ("get_flight_status", {"flight": "HAT9"}, "on time")
+    # BOOK twice answered alike, then pushed out of the window by four new reads
+    assert answered(g, [BOOK, look(1), BOOK, *(look(n) for n in range(2, 6))]) == "......."
+    # a new call takes a freed slot, its answer not reported: its second call is not judged by what the slot held
+    assert outcome(g.check("a", *other[:2])) == "."
+    assert answered(g, [look(6), other]) == ".."
+    assert answered(g, [BOOK, look(7), BOOK]) == "..."  # BOOK is new to the window again
