@@ -71,6 +71,8 @@ TOOL_KEYS: dict[str, str] = {
     "pollLimit": "pollLimit",
     "rewordLimit": "rewordLimit",
     "rewordWarn": "rewordWarn",
+    "unchangedLimit": "unchangedLimit",
+    "unchangedWarn": "unchangedWarn",
     "maxCalls": "maxCallsPerAgent",  # a cap on this tool's calls, per agent
     "maxCallsWarn": "capWarn",
     "progress": "progress",
@@ -251,8 +253,9 @@ def _interpreter(argv: Sequence[str]) -> str | None:
 PRESETS: dict[str, dict[str, Value]] = {
     # The original plugin's rules, bit for bit: every key at its default.
     "seed": {},
-    # Stops back-to-back repeats at the third, A-B-A-B cycles in their third round, a tool stuck on
-    # one result, and the same call in other words at its fourth wording; warns the model once before
+    # Stops back-to-back repeats at the third, A-B-A-B cycles in their third round (longer ones as they complete
+    # their second), a tool stuck on one result, the same call in other words at its fourth wording, and the
+    # same call a third time after two of it got one result with nothing written between; warns the model once before
     # each deny; lets a repeat whose result changed run (a progressing poll), and a repeat that waits
     # (30 s apart, or sleeping) poll up to 30 times unchanged. Measured on the public corpus
     # (docs/corpus.md); docs/guard.md says why each value.
@@ -266,6 +269,7 @@ PRESETS: dict[str, dict[str, Value]] = {
         "stallWarn": 1,
         "rewordLimit": 3,
         "rewordWarn": 1,
+        "unchangedLimit": 2,
         "cycleLimit": 2,
         "cycleWarn": 1,
         "capWarn": 30,
@@ -380,13 +384,33 @@ SETTINGS: tuple[Setting, ...] = (
         help="warn the model on the last this many wordings rewordLimit allows (0 = never)",
     ),
     Setting(
+        key="unchangedLimit",
+        kind="int",
+        default=0,
+        low=0,
+        high=MAX_LIMIT,
+        used_by=("engine",),
+        help="deny a call once this many of its identical calls in a row got the same result with nothing written "
+        "since (0 = no such rule)",
+    ),
+    Setting(
+        key="unchangedWarn",
+        kind="int",
+        default=0,
+        low=0,
+        high=MAX_LIMIT,
+        used_by=("engine",),
+        help="warn the model on the last this many identical calls unchangedLimit allows (0 = never)",
+    ),
+    Setting(
         key="cycleLimit",
         kind="int",
         default=0,
         low=0,
         high=MAX_LIMIT,
         used_by=("engine",),
-        help="deny a call that would repeat a short cycle (A-B-A-B…) more than this many times (0 = no such rule)",
+        help="deny the call that completes this many rounds of a short cycle (A-B-C-A-B-C…), once three calls in a "
+        "row repeated (0 = no such rule)",
     ),
     Setting(
         key="cycleWarn",
@@ -689,6 +713,8 @@ class Config:
     stall_warn: int = _D["stall_warn"]
     reword_limit: int = _D["reword_limit"]
     reword_warn: int = _D["reword_warn"]
+    unchanged_limit: int = _D["unchanged_limit"]
+    unchanged_warn: int = _D["unchanged_warn"]
     cycle_limit: int = _D["cycle_limit"]
     cycle_warn: int = _D["cycle_warn"]
     cycle_period: int = _D["cycle_period"]

@@ -16,7 +16,7 @@ import orjson
 from breaker import rules as steps
 from breaker.config import AGENT_LIMITS, Config
 from breaker.keys import Judged, call_digest, preview, tool_class_name
-from breaker.normalise import COMMANDS, REWORDED, SPELLED, paced, reworded_of, wait_tool
+from breaker.normalise import COMMANDS, REWORDED, SPELLED, may_write, paced, reworded_of, wait_tool
 from breaker.records import AgentRow, KeyRow
 from breaker.rules import DENY_KINDS, Hit, Kind, Outcome, StepInput, ToolRules, Verdict, fill
 
@@ -42,6 +42,7 @@ _REASON_CACHE_MAX = 4096
 _NEW_CALLS = 10
 INTERRUPTED_TEXT = "Circuit breaker (interrupted): the operator stopped this agent; do not call any more tools."
 _NO_RESULT = -1  # a slot whose key has no result yet (CPython's hash() never returns -1)
+_ALIKE = 0xFFFF  # the unchanged rule's mark of a slot: (writes counted at its last result) << 16 | results alike
 # An agent's last judged call, as (outcome, rule): one shared pair per rule, so recording it allocates nothing.
 _DENIED: dict[str, tuple[Outcome, Kind]] = {kind: ("deny", kind) for kind in DENY_KINDS}
 _WARNED: dict[str, tuple[Outcome, Kind]] = {kind: ("warn", kind) for kind in DENY_KINDS}
@@ -52,8 +53,9 @@ class Pending(NamedTuple):
 
     key: int | None  # its digest (None: args it could not key)
     warning: str  # the warning its check gave ("" if none), for harnesses that show it with the result
-    progress: bool  # its tool's rules have `progress`
+    rules: ToolRules  # its tool's rules (`progress`, `unchanged_limit`)
     tool: str
+    writes: bool = False  # it may write (the unchanged rule counts it once it ran: its result came)
 
 
 def _warning(texts: dict[tuple[Hit, str, str], str], message: str, tool: str, hit: Hit, agent: str) -> str:
@@ -65,6 +67,11 @@ def _warning(texts: dict[tuple[Hit, str, str], str], message: str, tool: str, hi
             texts.clear()
         text = texts[cache_key] = fill(message, tool, hit.tally, hit.limit, hit.rule, agent, hit.how)
     return text
+
+
+def _writes(rules: ToolRules | None, key: int | None, tool: str | None, args: Any) -> bool:
+    """A call named by its tool and args, whose check is not remembered, may write (the unchanged rule's count)."""
+    return rules is not None and (rules.writes or (rules.runs and may_write(key, tool, args)))  # type: ignore[arg-type]
 
 
 _NOT_JUDGED = Verdict(True)
@@ -80,6 +87,7 @@ class _Agent:
     remembered call costs its ring entry, one dict entry and a few machine words."""
 
     __slots__ = (
+        "alike",
         "at_top",
         "before",
         "calls",
@@ -116,6 +124,7 @@ class _Agent:
         "tool_calls",
         "top",
         "warns",
+        "wrote",
     )
 
     def __init__(self) -> None:
@@ -143,6 +152,11 @@ class _Agent:
         self.period = 0  # the cyclePeriod `recent` and `cycles` were made for
         # progress: per key, its occurrences from before its result last changed
         self.before: dict[int, int] | None = None
+        # the unchanged rule: how many calls that may write ran (their results came), and per slot a mark of its
+        # key's last result (_ALIKE): the count then, and how many of its results in a row were alike with
+        # nothing written between them (-1: no result yet)
+        self.wrote = 0
+        self.alike: array[int] | None = None
         self.pending: OrderedDict[Any, Pending] | None = None  # call id (or an anonymous one) -> the call
         self.tool_calls: dict[str, int] | None = None  # per-tool caps: calls per tool
         # the stall rule: the tool of its last calls in a row, the result they got, and how many got it
@@ -187,6 +201,9 @@ class _Agent:
         results = self.results
         if results is not None and slot < len(results):
             results[slot] = _NO_RESULT
+            alike = self.alike
+            if alike is not None and slot < len(alike):
+                alike[slot] = -1
         if self.before:
             self.before.pop(key, None)
 
@@ -200,6 +217,37 @@ class _Agent:
         previous = results[slot]
         results[slot] = seen
         return previous
+
+    def unchanged(self, slot: int, same: bool, writes: bool) -> None:
+        """The unchanged rule: a result of the slot's key came, `same` as its last one or not, of a call that
+        `writes` or not. Its results in a row are alike while each is the same as the one before and no call
+        that may write ran between them; a call that may write has none (it may change its own next answer)."""
+        alike = self.alike
+        if alike is None:
+            alike = self.alike = array("q")
+        if len(alike) <= slot:
+            alike.frombytes(b"\xff" * 8 * (len(self.tally) - len(alike)))  # -1: no result yet
+        mark = alike[slot]
+        if writes:
+            run = 0
+            self.wrote += 1
+        else:
+            run = (mark & _ALIKE) + 1 if same and mark >= 0 and mark >> 16 == self.wrote else 1
+        alike[slot] = self.wrote << 16 | min(run, _ALIKE)
+
+    def polled(self, key: int) -> None:
+        """The unchanged rule does not count polls: the key's results alike so far count no more."""
+        alike = self.alike
+        if alike is not None and (slot := self.index[key]) < len(alike):
+            alike[slot] = -1
+
+    def unchanged_run(self, slot: int | None) -> int:
+        """The slot key's last results in a row that were alike, if nothing that may write ran since (else 0)."""
+        alike = self.alike
+        if alike is None or slot is None or slot >= len(alike):
+            return 0
+        mark = alike[slot]
+        return mark & _ALIKE if mark >= 0 and mark >> 16 == self.wrote else 0
 
     def reword(self, key: int, norm: int | None) -> int:
         """The reworded rule, for a call whose key in other words is `norm`: one more tried call (polls aside) in a
@@ -280,12 +328,29 @@ class _Agent:
         recent.append(key)  # (a deque of maxlen `top`: the oldest goes)
         return best_len, best_p
 
-    def progressed(self, key: int, slot: int, digest: str) -> None:
-        """Under `progress`: a result of the key came. When it differs from the key's last one, the call made
-        progress: it and the identical calls before it count no more."""
+    def came(self, key: int | None, slot: int | None, digest: str, rules: ToolRules | None, writes: bool) -> None:
+        """A result of the key in `slot` came (None: a call it could not judge, or gone from the window), of a call
+        of a tool with `rules` that `writes` or not (the unchanged rule counts it)."""
+        if slot is None or key is None:
+            self.wrote += writes
+        elif rules is not None and (rules.progress or rules.unchanged_limit):
+            self.progressed(key, slot, digest, rules.progress, rules.unchanged_limit > 0, writes)
+        else:
+            self.wrote += writes
+
+    def progressed(
+        self, key: int, slot: int, digest: str, progress: bool = True, unchanged: bool = False, writes: bool = False
+    ) -> None:
+        """A result of the key came (of a call that `writes` or not). Under `progress`, when it differs from the
+        key's last one, the call made progress: it and the identical calls before it count no more. Under the
+        unchanged rule, it is one more result alike in a row, or the first."""
         seen = hash(digest)  # a hash is all a comparison needs, in a machine word
         previous = self.result_of(slot, seen)
-        if previous != _NO_RESULT and previous != seen:
+        if unchanged:
+            self.unchanged(slot, previous == seen, writes)
+        elif writes:
+            self.wrote += 1
+        if progress and previous != _NO_RESULT and previous != seen:
             before = self.before if self.before is not None else {}
             self.before = before
             before[key] = self.tally[slot]
@@ -374,6 +439,12 @@ class _Agent:
                 if results is not None
                 else None
             ),
+            wrote=self.wrote,
+            alike=(  # None when no key holds a mark (as the state file gives it back)
+                {k: alike[s] for k, s in index.items() if s < len(alike) and alike[s] >= 0} or None
+                if (alike := self.alike) is not None
+                else None
+            ),
             tool_calls=dict(self.tool_calls) if self.tool_calls is not None else None,
             stall=(self.stall_tool, self.stall_digest, self.stall_n) if self.stall_tool is not None else None,
             polls=self.polls,
@@ -429,6 +500,15 @@ class _Agent:
             for key, seen in state.results.items():
                 if key in index:
                     self.result_of(index[key], seen)
+        self.wrote = state.wrote
+        if state.alike is not None:
+            alike = self.alike = array("q")
+            for key, mark in state.alike.items():
+                if key in index:
+                    slot = index[key]
+                    if len(alike) <= slot:
+                        alike.frombytes(b"\xff" * 8 * (len(tally) - len(alike)))
+                    alike[slot] = mark
         for key, slot in index.items():
             if tally[slot] >= 2:
                 self.previews[key] = state.previews.get(key, ("", ""))
@@ -832,6 +912,8 @@ class AgentState:
     recent: list[int | None] | None = None  # the cycle rule: the last calls tried, oldest first
     before: dict[int, int] | None = None  # progress: per key, its occurrences from before its result changed
     results: dict[int, int] | None = None  # progress: per key, a hash of its last result's digest
+    wrote: int = 0  # the unchanged rule: calls that may write that ran
+    alike: dict[int, int] | None = None  # the unchanged rule: per key, its mark (_Agent.alike)
     tool_calls: dict[str, int] | None = None  # per-tool caps: calls per tool (by class name)
     stall: tuple[str, str | None, int] | None = None  # the stall rule: tool, result digest, calls that got it
     polls: int = 0  # polls in a row since a result last changed (pollLimit)
@@ -1024,7 +1106,7 @@ class Guard(_Views):
         self._overrides = {tool_class_name(tool): dict(o) for tool, o in config.tools}
         self._period = config.cycle_period
         self._no_cycles = [0] * (config.cycle_period + 1)
-        self._stall, self._tracking = steps.tracked(config, self._overrides.values())
+        self._stall, self._tracking, self._unchanged = steps.tracked(config, self._overrides.values())
         self._call = StepInput()  # fresh: its tallies of rules now off stay 0
         self._reasons: dict[tuple[str, str, int, int, str], str] = {}
         self._warning_texts: dict[tuple[Hit, str, str], str] = {}
@@ -1035,7 +1117,7 @@ class Guard(_Views):
     def _classify(self, tool: str) -> ToolRules:
         name = tool_class_name(tool)
         judged = name in self._only if self._only else name not in self._exempt
-        rules = ToolRules(self._config, name, judged, self._overrides.get(name, {}))
+        rules = ToolRules(self._config, name, judged, self._overrides.get(name, {}), self._unchanged)
         rules.wait_tool = wait_tool(tool)
         if len(self._tools) >= _TOOL_CACHE_MAX:
             self._tools.clear()
@@ -1115,6 +1197,7 @@ class Guard(_Views):
             ):
                 polls = st.polls + 1
                 stall, st.stall_tool = False, None  # a poll waits for a new result: the same one again is no stall
+                st.polled(key)  # type: ignore[arg-type]  # the unchanged rule does not count polls either
             if rules.reword_limit and not polls:  # the call's key in other words (breaker/normalise.py)
                 if key is not None and (rules.searches or type(args) is not dict or not SPELLED.isdisjoint(args)):
                     reworded = st.reword(key, REWORDED.get(key) or reworded_of(key, tool, args))
@@ -1131,9 +1214,8 @@ class Guard(_Views):
                     and not st.cycling
                     and st.period == self._period
                 ):
-                    recent.append(
-                        key
-                    )  # a call it has not just made continues no cycle (inline; maxlen: the oldest goes)
+                    # a call it has not just made continues no cycle (inline; maxlen: the oldest goes)
+                    recent.append(key)
                 else:
                     cycle_len, cycle_p = st.cycled(rules, key, self._period, self._no_cycles, tool, args, now, previous)
         limit = rules.dup_limit if own is None else own.get("duplicateLimit", rules.dup_limit)
@@ -1141,6 +1223,8 @@ class Guard(_Views):
         # only the identical calls since its result last changed count
         seen = n - st.before.get(key, 0) if n and st.before and rules.progress else n  # type: ignore[arg-type]
         in_row = 0 if polls or key is None or key != st.last_key else st.run  # a poll: by pollLimit
+        # the unchanged rule: a repeat (n) with results kept, not a poll nor back to back (repeat's), with args left
+        unchanged = st.unchanged_run(slot) if n and st.alike is not None and not (polls or in_row) and args else 0
         # No step objects below its warning's threshold (a deny's is at or above it): a call below every one of
         # them, the common case, skips the steps, and so does a call no cap warning is on for.
         near = (
@@ -1150,13 +1234,14 @@ class Guard(_Views):
             or stalled
             or reworded
             or polls
+            or unchanged
         )
         if near and seen >= limit and key is not None:  # the duplicate step (the first), inline: the common deny
             return self._deny(st, agent, tool, "duplicate", seen, limit, key)
         c = self._call
         if near and (
             denied := self._denied(
-                c.set(rules, key, seen, limit, in_row, cap, polls, reworded, stalled, cycle_len, cycle_p),
+                c.set(rules, key, seen, limit, in_row, cap, polls, reworded, stalled, cycle_len, cycle_p, unchanged),
                 st,
                 agent,
                 tool,
@@ -1189,11 +1274,13 @@ class Guard(_Views):
             else:
                 st.evict(agent, old, self._top_keys)
         if (near or rules.tallies) and (
-            warned := self._warned(near, rules, st, agent, tool, call_id, key, seen, limit, in_row, cap)
+            warned := self._warned(near, rules, st, agent, tool, args, call_id, key, seen, limit, in_row, cap)
         ):
             return warned
-        if call_id is not None and (rules.progress or self._stall):
-            st.remember(call_id, Pending(key, "", rules.progress, tool), self._anon)
+        if call_id is not None and (rules.progress or self._stall or self._unchanged):
+            # whether it may write: the unchanged rule counts it when its result comes (breaker/normalise.py)
+            writes = rules.writes or (rules.runs and may_write(key, tool, args))
+            st.remember(call_id, Pending(key, "", rules, tool, writes), self._anon)
         return _new_verdict(Verdict, (True, None, "", seen + 1, limit, False, True, key, "", None))
 
     def _capped(self, st: _Agent, agent: str, tool: str, rules: ToolRules, cap: int) -> Verdict | None:
@@ -1226,6 +1313,7 @@ class Guard(_Views):
         st: _Agent,
         agent: str,
         tool: str,
+        args: Any,
         call_id: str | int | None,
         key: int | None,
         seen: int,
@@ -1242,7 +1330,7 @@ class Guard(_Views):
         if not near:  # only a cap warning may speak (cap_near's test)
             if not (rules.tool_warn or (rules.cap_warn and st.calls > cap - rules.cap_warn)):
                 return None
-            c.set(rules, key, seen, limit, in_row, cap, 0, 0, 0, 0, 0)
+            c.set(rules, key, seen, limit, in_row, cap, 0, 0, 0, 0, 0, 0)
         c.calls = st.calls
         c.tool_calls = st.tool_calls.get(rules.name, 0) if st.tool_calls else 0
         for warn in rules.warns:
@@ -1254,7 +1342,8 @@ class Guard(_Views):
                 self.warnings += 1
                 warning = _warning(self._warning_texts, self._config.warn_message, tool, hit, agent)
                 # remembered whatever its rules: a harness may show the warning with the result
-                st.remember(call_id, Pending(key, warning, rules.progress, tool), self._anon)
+                writes = rules.writes or (rules.runs and may_write(key, tool, args))  # the unchanged rule's count
+                st.remember(call_id, Pending(key, warning, rules, tool, writes), self._anon)
                 return Verdict(True, None, "", hit.tally, hit.limit, False, True, key, warning, rule)
         return None
 
@@ -1284,9 +1373,9 @@ class Guard(_Views):
             if pending and call_id in pending:
                 found = pending.pop(call_id)
             key = found.key if found is not None else None
-            progress = found is not None and found.progress
+            rules = found.rules if found is not None else None
         else:
-            progress = (self._tools.get(tool) or self._classify(tool)).progress  # type: ignore[arg-type]
+            rules = self._tools.get(tool) or self._classify(tool)  # type: ignore[arg-type]
             key = judged.key if judged is not None else call_digest(tool, args, self._ignore)  # type: ignore[arg-type]
             if pending and key is not None:
                 for cid in reversed(pending):
@@ -1302,11 +1391,9 @@ class Guard(_Views):
             else:
                 st.stall_digest, st.stall_n = digest, 1
         slot = None if key is None else st.index.get(key)
-        if slot is None:  # args it could not judge, or a call gone from the window
-            return found is not None or stall, warning
-        if progress:
-            st.progressed(key, slot, digest)  # type: ignore[arg-type]
-        return True, warning
+        st.came(key, slot, digest, rules, found.writes if found is not None else _writes(rules, key, tool, args))
+        # found, unless it had args it could not judge, or went from the window (and it is not the stall rule's)
+        return (slot is not None or found is not None or stall), warning
 
     def _deny(self, st: _Agent, agent: str, tool: str, kind: Kind, count: int, limit: int, key: int | None) -> Verdict:
         if st.tier != 2:

@@ -5,7 +5,9 @@ hyphens, the same shell command with its flags clustered otherwise, quoted other
 path, all give one key. It keeps what a healthy run changes on purpose: every word of a query (a narrowed
 question has a word more or less), every number (a page, an offset, a line range), every path and every
 positional word of a command. `sleeps` says whether a call waits on purpose before or while it runs (`sleep 30
-&& gh run view …`, `kubectl wait`, a wait tool), which makes a repeat of it a poll.
+&& gh run view …`, `kubectl wait`, a wait tool), which makes a repeat of it a poll. `may_write` says whether a
+call may have changed what another call answers (a tool that writes, a command not known to only read), which
+the `unchanged` rule needs.
 
 Pure and cheap: a regular expression or two over the top-level string args, only when the rule is on.
 """
@@ -27,9 +29,11 @@ __all__ = [
     "SEARCH_KEYS",
     "SHELL_KEYS",
     "SPELLED",
+    "may_write",
     "paced",
     "reworded_key",
     "reworded_of",
+    "runs",
     "searches",
     "shell_words",
     "sleeps",
@@ -37,6 +41,7 @@ __all__ = [
     "wait_tool",
     "words",
     "writes",
+    "writes_command",
 ]
 
 # The args a tool searches by, of any tool: their words count as a set.
@@ -58,6 +63,8 @@ COMMANDS = frozenset({"command", "cmd", "script", "command_line", "commandLine",
 _SEARCH_TOOL = re.compile(r"search|grep|google|bing|query|lookup")
 _WAIT_TOOL = re.compile(r"wait|sleep")
 _WRITE_TOOL = re.compile(r"write|edit|create|save|patch|replace|insert|delete|remove|rename|move|upload")
+# A tool that runs commands or code (Bash, shell, run_shell_command, execute_bash, IPythonRunCellAction, run, …)
+_RUN_TOOL = re.compile(r"bash|shell|exec|run|command|cmd|terminal|console|python|script|code")
 
 _WORD = re.compile(r"[^\W\d_]+|\d+")  # runs of letters, runs of digits: `Qwen3.8` and `qwen 3.8` say the same
 # A shell word: a control operator (`&&`, `|`, `;`: `cd x&& ls` is `cd x && ls`), or quoted strings and runs of
@@ -92,6 +99,12 @@ def writes(name: str) -> bool:
     """A tool of this class name writes (a file, an edit, a record): its result is an acknowledgement, the same
     whatever it wrote, so the stall rule does not count it by default."""
     return _WRITE_TOOL.search(name) is not None
+
+
+def runs(name: str) -> bool:
+    """A tool of this class name runs commands or code: whether a call of it may write is read from its args
+    (`may_write`); a tool that neither runs nor `writes` by its name is taken to only read."""
+    return _RUN_TOOL.search(name) is not None
 
 
 def searches(name: str) -> bool:
@@ -164,6 +177,92 @@ def reworded_key(tool: str, args: Any) -> int | None:
         return hash(orjson.dumps((name, out), option=orjson.OPT_SORT_KEYS))
     except Exception:
         return None
+
+
+# Programs that only read (or only print): a command made of these alone, with no redirection into a file, cannot
+# change what another call answers. Any other program may write (a test run, a script, an installer, `make`).
+_READS = frozenset(
+    {
+        ":", "[", "[[", "ack", "ag", "basename", "cat", "cd", "cmp", "column", "comm", "cut", "date", "df", "diff",
+        "dirname", "du", "echo", "egrep", "false", "fd", "fgrep", "file", "find", "free", "grep", "head", "hexdump",
+        "hostname", "id", "jq", "less", "ls", "md5sum", "more", "nl", "od", "popd", "printenv", "printf", "ps",
+        "pgrep", "pushd", "pwd", "readlink", "realpath", "rg", "sed", "sha1sum", "sha256sum", "sleep", "sort",
+        "stat", "strings", "tail", "test", "tr", "tree", "true", "type", "uname", "uniq", "uptime", "wc", "whereis",
+        "which", "whoami", "xxd", "yq",
+    }
+)  # fmt: skip
+# git's subcommands that only read
+_GIT_READS = frozenset(
+    {"blame", "describe", "diff", "grep", "log", "ls-files", "reflog", "rev-parse", "shortlog", "show", "status"}
+)
+# flags that make a reading program write: `sed -i`, `find -delete`/`-exec`, `sort -o`
+_WRITING_FLAG = re.compile(r"-i\S*|--in-place\S*|-delete|-exec(?:dir)?|-ok(?:dir)?|-fprint\S*|-fls|-o\S*|--output\S*")
+_SIMPLE = re.compile(r"&&|\|\||[;|&\n]")  # what separates a command line's simple commands (outside quotes)
+_QUOTED = re.compile(r"'[^']*'|\"(?:\\.|[^\"\\])*\"")
+_REDIRECT = re.compile(r"\d*>>?(?!&)\s*(\S+)|&>>?\s*(\S+)")  # an output redirection and its target
+_HARMLESS = re.compile(r"\d*>&\d*-?|&?\d*>>?\s*/dev/null")  # `2>&1`, `2>/dev/null`: no file written
+_ASSIGN = re.compile(r"[A-Za-z_]\w*=\S*")  # `FOO=1 cmd`: an assignment before the command
+
+
+def writes_command(command: str) -> bool:
+    """The shell command line may write: some simple command in it is not a program that only reads (`_READS`,
+    git's reading subcommands, `sed` without `-i`, `find` without `-delete`/`-exec`), it redirects output into a
+    file (`> out`, `>> log`; `2>/dev/null` and `2>&1` do not), or it substitutes a command (`$(…)`, backquotes)."""
+    if "`" in command or "$(" in command:
+        return True
+    bare = _QUOTED.sub("''", command)  # quoted text is an argument, never an operator
+    for target in _REDIRECT.findall(bare):
+        if (target[0] or target[1]) != "/dev/null":
+            return True
+    for simple in _SIMPLE.split(_HARMLESS.sub(" ", bare)):
+        words = simple.split()
+        while words and _ASSIGN.fullmatch(words[0]):
+            words = words[1:]
+        if not words:
+            continue
+        program = words[0].rsplit("/", 1)[-1]
+        if program not in _READS and program != "git":
+            return True
+        if program == "git":
+            sub = next((w for w in words[1:] if not w.startswith("-")), "")
+            if sub not in _GIT_READS:
+                return True
+        elif program in ("sed", "find", "sort") and any(_WRITING_FLAG.fullmatch(w) for w in words[1:]):
+            return True
+    return False
+
+
+def _writes_args(tool: str, args: Any) -> bool:
+    """Any command among the call's args may write (`writes_command`); Python code (an arg named `code`) may."""
+    if isinstance(args, str):
+        name = tool_class_name(tool)
+        return writes_command(args) if "shell" in name or "bash" in name else False
+    if isinstance(args, list):
+        args = {"command": args}
+    if not isinstance(args, dict):
+        return False
+    for k, v in args.items():
+        if k not in COMMANDS:
+            continue
+        if k == "code":
+            return True
+        if isinstance(v, list) and v and all(isinstance(x, str) for x in v):
+            v = v[-1] if len(v) >= 3 and v[-2] in ("-c", "-lc") else " ".join(v)
+        if not isinstance(v, str) or writes_command(v):
+            return True
+    return False
+
+
+def may_write(key: int | None, tool: str, args: Any) -> bool:
+    """A call of a tool that `runs` commands may write: a command among its args that is not known to only read
+    (`writes_command`), or code; worked out once per distinct call."""
+    if key is None:
+        return _writes_args(tool, args)
+    known = _WRITES.get(key)
+    return _remember(_WRITES, key, _writes_args(tool, args)) if known is None else known
+
+
+_WRITES: dict[int, bool] = {}  # a call's key -> it may write
 
 
 def sleeps(tool: str, args: Any) -> bool:

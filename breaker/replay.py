@@ -411,7 +411,7 @@ def _config_line(config: Config, origin: str) -> str:
 
 def _rules_lines(config: Config) -> list[str]:
     """The rules beyond the seed's that `config` turns on (none: []): the preset, repeat, polls, stall,
-    reworded, cycle, progress, per-tool overrides; and the warnings, on a line of their own."""
+    reworded, unchanged, cycle, progress, per-tool overrides; and the warnings, on a line of their own."""
     parts = []
     if config.preset != "seed":
         parts.append(f"preset {config.preset}")
@@ -423,6 +423,8 @@ def _rules_lines(config: Config) -> list[str]:
         parts.append(f"stallLimit {config.stall_limit}")
     if config.reword_limit:
         parts.append(f"rewordLimit {config.reword_limit}")
+    if config.unchanged_limit:
+        parts.append(f"unchangedLimit {config.unchanged_limit}")
     if config.cycle_limit:
         period = f" (cyclePeriod {config.cycle_period})" if config.cycle_period != BY_KEY["cyclePeriod"].default else ""
         parts.append(f"cycleLimit {config.cycle_limit}{period}")
@@ -438,6 +440,7 @@ def _rules_lines(config: Config) -> list[str]:
             ("repeatWarn", config.repeat_warn),
             ("stallWarn", config.stall_warn),
             ("rewordWarn", config.reword_warn),
+            ("unchangedWarn", config.unchanged_warn),
             ("cycleWarn", config.cycle_warn),
             ("capWarn", config.cap_warn),
         )

@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable
 from typing import Any, NamedTuple, get_args
 
 from breaker.config import Config
-from breaker.normalise import searches, writes
+from breaker.normalise import runs, searches, writes
 from breaker.vocab import Kind, Outcome, Rule  # the words the rules speak (re-exported)
 
 __all__ = [
@@ -35,6 +35,9 @@ RULES: tuple[Rule, ...] = get_args(Rule)
 # A search whose answer stays the same while its words change: the stall rule's limit for a tool that searches
 # (breaker/normalise.py: searches), when the rule is on with a larger one.
 SEARCH_STALL = 3
+# The cycle rule denies a cycle once this many calls in a row each repeated the call a period before, and not
+# before it completes cycleLimit rounds (`cycle_end`).
+CYCLE_REPEATS = 3
 DENY_KINDS: tuple[Kind, ...] = get_args(Kind)
 
 _PLACEHOLDER = re.compile(r"\{(tool|count|limit|kind|agent|rule|how)\}")
@@ -48,6 +51,7 @@ _HOW = {
     "stall": "calls of this tool in a row getting the same result",
     "reworded": "wordings in a row of the same call",
     "poll": "polls in a row getting the same result",
+    "unchanged": "identical calls answered alike with nothing written between",
 }
 
 
@@ -64,8 +68,9 @@ class Verdict(NamedTuple):
     allowed: the call may run. kind: None, or why it was denied: a rule ("duplicate", "repeat",
     "cycle", "stall", "cap") or "interrupted". reason: the deny text for the model ("" when allowed).
     count/limit: the tally of the rule that denied or warned, and its limit — for a duplicate the
-    key's occurrences in the window and duplicateLimit; for a repeat the calls in a row; for a cycle
-    its rounds; for a cap the calls made (of the tool, for a per-tool cap) and the cap. For an
+    key's occurrences in the window and duplicateLimit (denied by the unchanged step: its identical
+    answers in a row and unchangedLimit); for a repeat the calls in a row; for a cycle its rounds,
+    the one the call completes counted; for a cap the calls made (of the tool, for a per-tool cap) and the cap. For an
     allowed judged call without a warning, the key's occurrences including this call and
     duplicateLimit; 0/0 for calls the guard does not judge (disabled, paused, exempt, outside `only`).
     first: this is the agent's first deny of this kind (the one the incident log records).
@@ -129,6 +134,7 @@ class StepInput:
         "seen",
         "stalled",
         "tool_calls",
+        "unchanged",
     )
 
     rules: ToolRules  # the tool's rules (set by each check before any step runs)
@@ -146,6 +152,7 @@ class StepInput:
         self.stalled = 0  # this tool's last calls in a row that got the same result
         self.polls = 0  # a poll (a paced repeat of the last call): 1 + the polls in a row before it; else 0
         self.reworded = 0  # a new wording of the last call: the wordings in a row before it; else 0
+        self.unchanged = 0  # a call already in the window: its last results in a row alike, nothing written since
 
     def set(
         self,
@@ -160,6 +167,7 @@ class StepInput:
         stalled: int,
         cycle_len: int,
         cycle_p: int,
+        unchanged: int,
     ) -> StepInput:
         """The values the steps read, once the call is keyed and counted."""
         self.rules, self.key, self.seen, self.limit, self.in_row, self.cap = rules, key, seen, limit, in_row, cap
@@ -170,6 +178,7 @@ class StepInput:
             cycle_len,
             cycle_p,
         )
+        self.unchanged = unchanged
         return self
 
 
@@ -190,6 +199,16 @@ def duplicate(c: StepInput) -> Hit | None:
     """The identical call is already in the window duplicateLimit times."""
     if c.key is not None and c.seen >= c.limit:
         return _hit(Hit, ("duplicate", c.seen, c.limit, ""))
+    return None
+
+
+def unchanged(c: StepInput) -> Hit | None:
+    """The identical call again after unchangedLimit of its calls in a row got the same result with nothing
+    written since the first of them (`_Agent.unchanged`): it can only get that result again. Denied as a
+    duplicate: it is one, known to be pointless sooner."""
+    limit = c.rules.unchanged_limit
+    if c.unchanged >= limit:
+        return _hit(Hit, ("duplicate", c.unchanged, limit, "unchanged"))
     return None
 
 
@@ -218,12 +237,19 @@ def reworded(c: StepInput) -> Hit | None:
     return None
 
 
+def cycle_end(limit: int, period: int) -> int:
+    """The length, in calls, at which the cycle rule denies a cycle of `period` calls: the call that completes its
+    cycleLimit-th round, once at least CYCLE_REPEATS calls in a row have each repeated the call a period before
+    (A-B-C-A-B-C: the sixth call; A-B-A-B is two rounds of only two repeats: the fifth)."""
+    return max(limit * period, period + CYCLE_REPEATS)
+
+
 def cycle(c: StepInput) -> Hit | None:
-    """A cycle of calls (A-B-A-B…, periods 2 … cyclePeriod, over the calls tried, denied ones too) past cycleLimit
-    rounds."""
-    limit = c.rules.cycle_limit
-    if c.cycle_p and c.cycle_len > limit * c.cycle_p:
-        return _hit(Hit, ("cycle", limit + 1, limit, ""))
+    """A cycle of calls (A-B-A-B…, periods 2 … cyclePeriod, over the calls tried, denied ones too) that completes
+    cycleLimit rounds (`cycle_end`)."""
+    p = c.cycle_p
+    if p and c.cycle_len >= cycle_end(c.rules.cycle_limit, p):
+        return _hit(Hit, ("cycle", -(-c.cycle_len // p), c.rules.cycle_limit, ""))
     return None
 
 
@@ -245,6 +271,13 @@ def repeat_near(c: StepInput) -> Hit | None:
     return None
 
 
+def unchanged_near(c: StepInput) -> Hit | None:
+    r = c.rules
+    if c.unchanged and c.unchanged >= r.unchanged_limit - r.unchanged_warn:
+        return _hit(Hit, ("duplicate", c.unchanged + 1, r.unchanged_limit, "unchanged"))
+    return None
+
+
 def poll_near(c: StepInput) -> Hit | None:
     r = c.rules
     if c.polls > r.poll_limit - r.rep_warn and r.rep_warn:
@@ -262,7 +295,7 @@ def reworded_near(c: StepInput) -> Hit | None:
 def cycle_near(c: StepInput) -> Hit | None:
     r = c.rules
     p = c.cycle_p
-    if p and c.cycle_len > r.cycle_limit * p - r.cycle_warn:
+    if p and c.cycle_len >= cycle_end(r.cycle_limit, p) - r.cycle_warn:
         return _hit(Hit, ("cycle", -(-c.cycle_len // p), r.cycle_limit, ""))
     return None
 
@@ -293,19 +326,20 @@ def cap_near(c: StepInput) -> Hit | None:
     return None
 
 
-def tracked(config: Config, overrides: Iterable[dict[str, Any]]) -> tuple[bool, bool]:
-    """Whether the stall rule counts results, and whether every keyed call is tracked (the counting block of
-    `Guard.check`): the stall, cycle or reworded rule counts every call, or a repeat may be a poll — each on in the
-    config or a tool's overrides."""
+def tracked(config: Config, overrides: Iterable[dict[str, Any]]) -> tuple[bool, bool, bool]:
+    """Whether the stall rule counts results; whether every keyed call is tracked (the counting block of
+    `Guard.check`): the stall, cycle, reworded or unchanged rule counts every call, or a repeat may be a poll; and
+    whether the unchanged rule is on, which counts the calls that may write — each on in the config or a tool's
+    overrides."""
     overrides = list(overrides)
 
     def on(key: str, value: int) -> bool:
         return bool(value) or any(o.get(key) for o in overrides)
 
     stall = on("stallLimit", config.stall_limit)
-    return stall, stall or on("cycleLimit", config.cycle_limit) or on("pollLimit", config.poll_limit) or on(
-        "rewordLimit", config.reword_limit
-    )
+    unchanged = on("unchangedLimit", config.unchanged_limit)
+    tracking = stall or on("cycleLimit", config.cycle_limit) or on("pollLimit", config.poll_limit)
+    return stall, tracking or unchanged or on("rewordLimit", config.reword_limit), unchanged
 
 
 class Step(NamedTuple):
@@ -326,6 +360,7 @@ DENY_ORDER: tuple[Step, ...] = (
     Step("cycle", lambda r: r.cycle_limit, cycle),
     Step("stall", lambda r: r.stall_limit, stall),
     Step("reworded", lambda r: r.reword_limit, reworded),
+    Step("unchanged", lambda r: r.unchanged_limit, unchanged),  # last: it denies what no other rule does
 )
 # The order they warn in, on a call they all allow: the rule whose deny would come first speaks.
 WARN_ORDER: tuple[Step, ...] = (
@@ -335,6 +370,7 @@ WARN_ORDER: tuple[Step, ...] = (
     Step("cycle", lambda r: r.cycle_warn, cycle_near),
     Step("duplicate", lambda r: r.dup_warn, duplicate_near),
     Step("stall", lambda r: r.stall_warn, stall_near),
+    Step("unchanged", lambda r: r.unchanged_warn, unchanged_near),
     Step("tool cap", lambda r: r.tool_warn, tool_cap_near),
     Step("cap", lambda r: r.cap_warn, cap_near),
 )
@@ -346,6 +382,7 @@ class ToolRules:
 
     cap_warn: int
     counts_tool: bool
+    count_writes: bool
     cycle_limit: int
     cycle_warn: int
     dup_limit: int
@@ -353,6 +390,7 @@ class ToolRules:
     rep_limit: int
     rep_near: int
     rep_warn: int
+    runs: bool
     poll_gap: int
     poll_limit: int
     reword_limit: int
@@ -363,11 +401,15 @@ class ToolRules:
     tallies: bool
     tool_cap: int
     tool_warn: int
+    unchanged_limit: int
+    unchanged_warn: int
+    writes: bool
     progress: bool
     wait_tool: bool
 
     __slots__ = (
         "cap_warn",
+        "count_writes",
         "counts_tool",
         "cycle_limit",
         "cycle_warn",
@@ -384,17 +426,23 @@ class ToolRules:
         "rep_warn",
         "reword_limit",
         "reword_warn",
+        "runs",
         "searches",
         "stall_limit",
         "stall_warn",
         "tallies",
         "tool_cap",
         "tool_warn",
+        "unchanged_limit",
+        "unchanged_warn",
         "wait_tool",
         "warns",
+        "writes",
     )
 
-    def __init__(self, config: Config, name: str, judged: bool, overrides: dict[str, Any]) -> None:
+    def __init__(
+        self, config: Config, name: str, judged: bool, overrides: dict[str, Any], count_writes: bool = False
+    ) -> None:
         self.judged = judged
         self.wait_tool = False  # its name as called says it waits (breaker/normalise.py: wait_tool); set by the engine
         self.name = name  # the tool's class name (case, `_` and `-` ignored), as exempt compares
@@ -408,6 +456,13 @@ class ToolRules:
         self.reword_limit = overrides.get("rewordLimit", config.reword_limit)
         self.reword_warn = min(overrides.get("rewordWarn", config.reword_warn), self.reword_limit)
         self.searches = searches(name)  # its string args are words (breaker/normalise.py)
+        self.unchanged_limit = overrides.get("unchangedLimit", config.unchanged_limit)
+        self.unchanged_warn = min(overrides.get("unchangedWarn", config.unchanged_warn), self.unchanged_limit)
+        # the unchanged rule is on for some tool: each call says whether it may write (its name says so, or
+        # a command among its args that is not known to only read: breaker/normalise.py)
+        self.count_writes = count_writes
+        self.writes = count_writes and writes(name)
+        self.runs = count_writes and not self.writes and runs(name)  # its args are asked whether they write
         # a tool that writes answers the same acknowledgement whatever it wrote: no stall, unless it says so itself
         stall = 0 if writes(name) else min(config.stall_limit, SEARCH_STALL) if searches(name) else config.stall_limit
         self.stall_limit = overrides.get("stallLimit", stall)

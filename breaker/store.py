@@ -162,6 +162,10 @@ def encode_agent(agent: str, state: AgentState | None, harness: str, parent: str
         body["before"] = [[k, n] for k, n in state.before.items()]
     if state.results:
         body["results"] = [[k, d] for k, d in state.results.items()]
+    if state.wrote:
+        body["wrote"] = state.wrote
+    if state.alike:
+        body["alike"] = [[k, m] for k, m in state.alike.items()]
     if state.tool_calls:
         body["tool_calls"] = state.tool_calls
     if state.stall:
@@ -244,6 +248,8 @@ def _decode_agent(agent: str, body: memoryview, notes: list[str] | None = None) 
         recent=[None if k is None else int(k) for k in obj["recent"]] if obj.get("recent") else None,
         before={int(k): int(n) for k, n in obj["before"]} if obj.get("before") else None,
         results={int(k): int(d) for k, d in obj["results"]} if obj.get("results") else None,
+        wrote=int(obj.get("wrote") or 0),
+        alike={int(k): int(m) for k, m in obj["alike"]} if obj.get("alike") else None,
         tool_calls={str(k): int(v) for k, v in obj["tool_calls"].items()} if obj.get("tool_calls") else None,
         stall=_stall(obj.get("stall")),
         limits={str(k): int(v) for k, v in obj["limits"].items()} if obj.get("limits") else None,

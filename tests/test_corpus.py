@@ -143,8 +143,8 @@ def test_the_readme_table_lists_every_trace():
 
 # The generated parts of the docs: each between `<!-- generated: NAME -->` and `<!-- end generated: NAME -->`.
 REGENERATE = ".venv/bin/python tests/test_corpus.py --write"
-# docs/corpus.md's results table: `cbreplay --compare` with these settings, one row each (C-H take one rule
-# out of `recommended` or loosen it: one row per rule, issue 23's reworded rule and polls included).
+# docs/corpus.md's results table: `cbreplay --compare` with these settings, one row each (C-I take one rule
+# out of `recommended` or loosen it: one row per rule, issue 23's reworded, polls and unchanged rules included).
 COMPARE = [
     "preset=seed",
     "preset=recommended",
@@ -154,6 +154,7 @@ COMPARE = [
     "preset=recommended,cycleLimit=3",
     "preset=recommended,rewordLimit=0",
     "preset=recommended,pollLimit=0",
+    "preset=recommended,unchangedLimit=0",
 ]
 
 

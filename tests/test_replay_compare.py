@@ -30,8 +30,8 @@ RECOMMENDED = PRESETS["recommended"]
 # Results: three identical calls in a row allowed (the fourth denied), and progress from the results.
 PROGRESS = ["--set", "repeatLimit=3", "--set", "progress=true"]
 # --compare: the seed; then repeats stopped at the fourth (warned at the third), A-B-A-B cycles at
-# their seventh call (warned at the fifth and sixth), duplicates warned on the last two duplicateLimit
-# allows, progress; then the same with a fourth repeat allowed.
+# their sixth call, completing the third round (warned at the fourth and fifth), duplicates warned on the
+# last two duplicateLimit allows, progress; then the same with a fourth repeat allowed.
 _RULES = "repeatWarn=1,cycleLimit=3,cycleWarn=2,duplicateWarn=2,progress=true"
 SETTINGS = ["preset=seed", f"repeatLimit=3,{_RULES}", f"repeatLimit=4,{_RULES}"]
 
@@ -276,10 +276,10 @@ def test_verdicts_mark_allowed_calls_that_carried_a_warning_with_its_rule(capsys
 
 
 def test_cycle_and_duplicate_warnings_name_their_rule(capsys):
-    # A-B-A-B…: 3 rounds (6 calls) allowed, the last 2 of them warned
+    # A-B-A-B…: the call completing the third round (the 6th) denied, the 2 before it warned
     cycle = verdict_lines([CORPUS / "loop-cycle.jsonl", "--set", "cycleLimit=3", "--set", "cycleWarn=2"], capsys)
-    assert [(v["index"], v["rule"]) for v in cycle if "warn" in v] == [(5, "cycle"), (6, "cycle")]
-    assert denied(cycle)[0] == 7
+    assert [(v["index"], v["rule"]) for v in cycle if "warn" in v] == [(4, "cycle"), (5, "cycle")]
+    assert denied(cycle)[0] == 6
     # Five calls in turn (no cycle up to cyclePeriod 4): each one's 5th and 6th of the 6 allowed are warned.
     rotation = verdict_lines([CORPUS / "loop-rotation.jsonl", "--set", "duplicateWarn=2"], capsys)
     assert [(v["index"], v["rule"]) for v in rotation if "warn" in v] == [(i, "duplicate") for i in range(21, 31)]
@@ -349,7 +349,7 @@ def compare_json(argv: list[Any], capsys) -> dict[str, Any]:
 # "call kind", the first warning, and whether it was warned or denied by the manifest's expected_stop_by.
 EXPECTED = {
     "loop-search.jsonl": ("loop", 20, ["7 duplicate", "4 repeat", "5 repeat"], [None, 3, 4], [False, True, False]),
-    "loop-cycle.jsonl": ("loop", 20, ["13 duplicate", "7 cycle", "7 cycle"], [None, 5, 5], [False, True, True]),
+    "loop-cycle.jsonl": ("loop", 20, ["13 duplicate", "6 cycle", "6 cycle"], [None, 4, 4], [False, True, True]),
     "loop-rotation.jsonl": ("loop", 40, ["31 duplicate"] * 3, [None, 21, 21], [False, False, False]),
     "loop-poll.jsonl": ("loop", 8, ["7 duplicate", "4 repeat", "5 repeat"], [None, 3, 4], [False, True, False]),
     "loop-short.jsonl": ("loop", 5, [None, "4 repeat", "5 repeat"], [None, 3, 4], [False, True, False]),
@@ -448,7 +448,7 @@ def test_compare_table(capsys):
     assert lines[-3:] == [f"  {name}: {setting}" for name, setting in zip("ABC", SETTINGS, strict=True)]
     rows = {line.split()[0]: line.split()[1:] for line in lines if line.startswith(("loop-", "healthy-", "extra"))}
     assert rows["healthy-status.jsonl"] == ["healthy", "6", "-", "-", "5", "rep*", "warn", "5"]
-    assert rows["loop-cycle.jsonl"] == ["loop", "20", "6", "13", "dup", "7", "cyc*", "7", "cyc*"]
+    assert rows["loop-cycle.jsonl"] == ["loop", "20", "6", "13", "dup", "6", "cyc*", "6", "cyc*"]
     assert rows["loop-short.jsonl"] == ["loop", "5", "3", "-", "4", "rep*", "5", "rep*"]
     assert max(map(len, lines)) <= 100
 

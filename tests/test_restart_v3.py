@@ -83,7 +83,7 @@ def test_a_grep_respelled_across_a_restart_is_stopped_at_the_same_call():
     calls: list[Call] = [("bash", {"command": c}, None, None) for c in spellings * 2]
     for at in range(1, len(calls)):
         without, with_restart = restarted(REC, calls, at)
-        assert with_restart == without == "..wRRR", at
+        assert with_restart == without == "..wRRC", at  # the sixth completes two rounds of A-B-C: cycle
 
 
 def test_polls_then_a_restart_are_stopped_after_poll_limit_polls_in_all():

@@ -72,11 +72,26 @@ def test_the_repeat_rule_is_off_at_zero():
     ("seq", "period"),
     [("ab", 2), ("abc", 3), ("abcd", 4)],
 )
-def test_a_cycle_is_denied_when_it_would_start_a_round_past_the_limit(seq, period):
+def test_a_cycle_is_denied_at_the_call_that_completes_cycle_limit_rounds(seq, period):
     g = Guard(Config(cycle_limit=3, duplicate_limit=100))
     got = run(g, seq * 4)
-    assert got == "." * (3 * period) + "C" * period  # three rounds allowed, the fourth denied
-    assert g.denies["cycle"] == period
+    assert got == "." * (3 * period - 1) + "C" * (period + 1)  # the call completing the third round is denied
+    assert g.denies["cycle"] == period + 1
+
+
+@pytest.mark.parametrize(
+    ("seq", "allowed"),
+    [("ab", 4), ("abc", 5), ("abcd", 7)],  # A-B-A-B-A: three repeats; A-B-C-A-B-C; A-B-C-D-A-B-C-D
+)
+def test_a_cycle_is_denied_once_three_calls_in_a_row_repeated_and_not_before_it_completes_its_rounds(seq, allowed):
+    g = Guard(Config(cycle_limit=2, duplicate_limit=100))
+    assert run(g, seq * 3) == "." * allowed + "C" * (3 * len(seq) - allowed)
+
+
+def test_a_cycle_of_three_calls_is_denied_as_its_second_round_completes_and_warned_on_the_call_before():
+    # syzkaller-aflow-grepper-three-expression-cycle: three greps, then the same three again in the same order
+    g = Guard(Config.with_preset("recommended"))
+    assert run(g, "abcabc") == "....wC"
 
 
 def test_a_cycle_longer_than_the_period_looked_for_is_not_a_cycle():
@@ -88,7 +103,7 @@ def test_a_repeated_block_of_one_call_is_the_repeat_rules_not_a_cycle():
     g = Guard(Config(cycle_limit=1, duplicate_limit=100))
     assert run(g, "a" * 10) == "." * 10
     g = Guard(Config(cycle_limit=1, duplicate_limit=100))
-    assert run(g, "aabb" * 3) == "...." + "C" * 8  # a cycle of period 4 (of which "aa" is part)
+    assert run(g, "aabb" * 3) == "......" + "C" * 6  # a cycle of period 4 (of which "aa" is part), 3 repeats
 
 
 def test_varied_work_is_not_a_cycle():

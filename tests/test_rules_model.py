@@ -60,13 +60,15 @@ class Model:
             return "D"
         if c.repeat_limit and in_row >= c.repeat_limit:
             return "R"
-        if c.cycle_limit and best_p and best_len > c.cycle_limit * best_p:
+        # the call completing cycleLimit rounds, once three calls in a row repeated
+        end = max(c.cycle_limit * best_p, best_p + 3)
+        if c.cycle_limit and best_p and best_len >= end:
             return "C"
         self.allowed.append(key)
         if c.repeat_warn and in_row >= c.repeat_limit - min(c.repeat_warn, c.repeat_limit) and c.repeat_limit:
             return "r"
         cycle_warn = c.cycle_warn if c.cycle_limit else 0
-        if best_p and cycle_warn and best_len > c.cycle_limit * best_p - cycle_warn:
+        if best_p and cycle_warn and best_len >= end - cycle_warn:
             return "c"
         if c.duplicate_warn and seen >= c.duplicate_limit - c.duplicate_warn:
             return "d"

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from breaker import Config
 from breaker.engine import Guard, Verdict
 from breaker.keys import result_digest
-from breaker.normalise import reworded_key, shell_words, sleeps, words
+from breaker.normalise import reworded_key, shell_words, sleeps, words, writes_command
 
 REC = Config.with_preset("recommended")
 
@@ -299,7 +299,8 @@ WORDINGS = [
     )
 )
 def test_under_recommended_every_first_deny_follows_a_warning_with_rewordings_polls_and_results(seq):
-    g = Guard(REC.updated({"maxCallsPerAgent": 0, "pollLimit": 4}))
+    # with the unchanged rule's own warning on (recommended leaves it off: see the unchanged rule's tests below)
+    g = Guard(REC.updated({"maxCallsPerAgent": 0, "pollLimit": 4, "unchangedWarn": 1}))
     warned, now = False, 0.0
     for i, (n, gap, same) in enumerate(seq):
         now += gap
@@ -383,3 +384,174 @@ def test_cbhook_leaves_claude_codes_bashoutput_timestamp_out_of_the_digest():
     assert digest(post("27.9")) == digest(post("30.7"))
     as_dict = {**post("1"), "tool_response": {"status": "running", "timestamp": "2025-12-01T04:48:27Z"}}
     assert digest(as_dict) == digest({**as_dict, "tool_response": {"status": "running", "timestamp": "x"}})
+
+
+# -- unchanged: the same call a third time after two identical answers, nothing written between -----------------
+
+
+def answered(guard: Guard, calls: list[tuple[str, Any, str]], agent: str = "a") -> str:
+    """Each call checked, and its answer (the third item) reported when it was allowed."""
+    out = []
+    for i, (tool, args, answer) in enumerate(calls):
+        v = guard.check(agent, tool, args, call_id=i)
+        out.append(outcome(v))
+        if v.allowed:
+            guard.result(agent, result_digest(answer), call_id=i)
+    return "".join(out)
+
+
+BOOK = ("book_reservation", {"user_id": "ivan", "flights": ["HAT1"], "payment": 299}, "Error: paid 299, total 375")
+
+
+def think(n: int) -> tuple[str, Any, str]:
+    return ("think", {"thought": f"thought {n}"}, "")
+
+
+def look(n: int) -> tuple[str, Any, str]:
+    """A read of something new each time."""
+    return ("search_direct_flight", {"origin": "JFK", "date": f"2024-05-{n:02}"}, f"flights on {n}")
+
+
+def test_a_booking_retried_a_third_time_after_two_identical_errors_with_only_reads_between_is_denied():
+    # taubench-gpt4o-booking-retry-recovers: book, think, book, think, calculate, book — each booking the same error
+    calc = ("calculate", {"expression": "158 + 141"}, "299.0")
+    g = Guard(REC)
+    assert answered(g, [BOOK, think(1), BOOK, think(2), calc, BOOK]) == "...w.D"  # (w: cycle's, A-B-A-B)
+    v = g.check("a", *BOOK[:2])
+    assert (v.kind, v.count, v.limit) == ("duplicate", 2, 2)
+    assert (
+        "identical calls answered alike with nothing written between" not in v.reason
+    )  # the deny text is the config's
+
+
+def test_the_warning_names_what_the_unchanged_rule_counts():
+    g = Guard(REC.updated({"unchangedWarn": 1}))
+    assert answered(g, [BOOK, look(1), BOOK, look(2), BOOK]) == "..w.D"
+    g = Guard(REC.updated({"unchangedWarn": 1}))
+    answered(g, [BOOK, look(1)])
+    v = g.check("a", *BOOK[:2])
+    assert (v.rule, v.count, v.limit) == ("duplicate", 2, 2)
+    assert "identical calls answered alike with nothing written between" in v.warning
+
+
+def test_a_test_rerun_after_each_edit_with_the_same_output_runs_on():
+    # swe-agent-kimi-mypy-same-result-new-edits: run, edit, run, edit, run… the output does not change yet
+    run_ = ("bash", {"command": "cd /testbed && python3 -m mypy repro/main.py"}, "error: Name 'x' is not defined")
+    calls = []
+    for n in range(5):
+        calls += [run_, ("str_replace_editor", {"command": "str_replace", "path": "a.py", "new_str": str(n)}, "ok")]
+    assert answered(Guard(REC), calls) == "." * 10
+
+
+def test_a_command_that_writes_between_lets_the_call_run_again_and_one_that_only_reads_does_not():
+    # codex-issue6970-done-true-cycle: `true` between ever-new echoes, answered "(no output)" each time
+    true = ("shell", {"command": ["bash", "-lc", "true"]}, "(no output)")
+    echo = [("shell", {"command": ["bash", "-lc", f"echo 'done {n}'"]}, f"done {n}") for n in range(3)]
+    assert answered(Guard(REC), [true, echo[0], true, echo[1], true]) == "....D"
+    sed = [("shell", {"command": f"sed -i 's/a/{n}/' f.py"}, "") for n in range(3)]
+    assert answered(Guard(REC), [true, sed[0], true, sed[1], true]) == "....."
+
+
+def test_a_call_that_may_write_is_not_counted_by_it():
+    # claude-code-pytest-same-error-then-fix: the same failing pytest three times while the agent only looks around
+    pytest_ = ("Bash", {"command": "uv run pytest tests/ -v 2>&1 | tail -40"}, "1 failed")
+    looks = [("Bash", {"command": f"ls -la dir{n}"}, f"listing {n}") for n in range(2)]
+    assert answered(Guard(REC), [pytest_, looks[0], pytest_, looks[1], pytest_]) == "....."
+
+
+def test_a_new_answer_starts_the_count_again():
+    lookup = ("get_reservation_details", {"reservation_id": "K1"}, "")
+    calls = [(*lookup[:2], "status: pending"), look(1), (*lookup[:2], "status: booked"), look(2)]
+    assert answered(Guard(REC), [*calls, (*lookup[:2], "status: booked"), look(3), lookup]) == "......D"
+    assert answered(Guard(REC), [*calls, (*lookup[:2], "status: paid"), look(3), lookup]) == "......."
+
+
+def test_a_poll_is_not_counted_by_it():
+    poll = ("bash", {"command": "sleep 30 && gh run view 1"}, "in_progress")
+    assert answered(Guard(REC), [poll, think(1)] * 5) == "." * 10
+
+
+def test_think_with_its_thought_ignored_is_not_one_call_answered_alike():
+    # taubench: `think` answers "" whatever it is told; with `thought` in ignoreArgs every think keys alike
+    calls = [think(0)]
+    for n in range(1, 4):
+        calls += [look(n), think(n)]
+    assert answered(Guard(REC), calls) == "......."
+
+
+def test_without_results_it_never_denies_and_the_seed_has_no_such_rule():
+    g = Guard(REC)
+    assert run(g, [BOOK[:2], look(1)[:2], BOOK[:2], look(2)[:2], BOOK[:2]]) == "....."
+    seed = Guard(Config())
+    assert answered(seed, [BOOK, think(1), BOOK, think(2), BOOK]) == "....."
+    assert Config().unchanged_limit == 0 and REC.unchanged_limit == 2
+
+
+def test_a_restart_keeps_what_the_unchanged_rule_counted(tmp_path):
+    from breaker.store import StateStore, load
+
+    g = Guard(REC)
+    assert answered(g, [BOOK, look(1), BOOK, look(2)]) == "...."
+    state = g.export_agent("a")
+    assert state is not None and state.alike
+    store = StateStore(tmp_path / "s.cbstate", seed=1)
+    store.open()
+    done: list[bool] = []
+    store.save([("a", state, "", None)], lambda: done.append(True))
+    store.close()
+    ((record,),) = [load(tmp_path / "s.cbstate")[0].agents]
+    assert (record.state.wrote, record.state.alike) == (state.wrote, state.alike)
+    again = Guard(REC)
+    again.restore_agent(record.state)
+    assert outcome(again.check("a", *BOOK[:2])) == "D"
+    wrote = Guard(REC)
+    wrote.restore_agent(record.state)
+    assert answered(wrote, [("Edit", {"file_path": "a.py"}, "ok"), BOOK]) == ".."
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        "true",
+        "echo 'All set.'",
+        "git status -sb",
+        "cd /x && git diff HEAD~1 | head -50",
+        'grep -rn "a>b" src 2>/dev/null',
+        "ls -la ./src/ 2>&1 | tail",
+        "sed -n 1,100p f.py",
+        "find . -name '*.py'",
+        "FOO=1 cat a.txt",
+    ],
+)
+def test_a_command_of_programs_that_only_read_writes_nothing(command):
+    assert not writes_command(command)
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        "python reproduce.py",
+        "uv run pytest tests/",
+        "cat a > b",
+        "echo x >> log",
+        "sed -i 's/a/b/' f",
+        "find . -name x -delete",
+        "git commit -am x",
+        "ls; rm -rf build",
+        "echo $(touch x)",
+        "sleep 30 && gh run view 1",
+    ],
+)
+def test_a_command_that_may_write_is_one(command):
+    assert writes_command(command)
+
+
+def test_a_call_gone_from_the_window_takes_its_answers_with_it_and_its_slot_starts_clean():
+    g = Guard(REC.updated({"window": 4}))
+    other = ("get_flight_status", {"flight": "HAT9"}, "on time")
+    # BOOK twice answered alike, then pushed out of the window by four new reads
+    assert answered(g, [BOOK, look(1), BOOK, *(look(n) for n in range(2, 6))]) == "......."
+    # a new call takes a freed slot, its answer not reported: its second call is not judged by what the slot held
+    assert outcome(g.check("a", *other[:2])) == "."
+    assert answered(g, [look(6), other]) == ".."
+    assert answered(g, [BOOK, look(7), BOOK]) == "..."  # BOOK is new to the window again
