@@ -280,14 +280,13 @@ class _Agent:
         tool: str,
         args: Any,
         now: float | None,
-        previous: float | None,
     ) -> tuple[int, int]:
         """The cycle rule's step for a call it has just tried (or one of a new cyclePeriod): the cycle it continues,
         (0, 0) for none or for a cycle through a wait (check, sleep 30, check…: a poll, not a loop)."""
         cycle_len, cycle_p = self.cycle(key, period, no_cycles)
         if not cycle_p:
             self.polling = False
-        elif rules.poll_limit and (self.polling or paced(rules.poll_gap, tool, args, now, previous, key)):  # type: ignore[arg-type]
+        elif rules.poll_limit and (self.polling or paced(rules.poll_gap, tool, args, now, self.last_seen, key)):  # type: ignore[arg-type]
             self.polling = True
             return 0, 0
         return cycle_len, cycle_p
@@ -1078,7 +1077,7 @@ class Guard(_Views):
         self._tools: dict[str, ToolRules] = {}
         self.on_remove = on_remove
         self._newest: _Agent | None = None  # the agent of the last check: the most recently active, in both orders
-        self.paused = False
+        self._paused = False
         self.checks = 0
         self.denies: dict[str, int] = dict.fromkeys(DENY_KINDS, 0)
         self.warnings = 0  # calls allowed with a warning
@@ -1116,7 +1115,9 @@ class Guard(_Views):
 
     def _classify(self, tool: str) -> ToolRules:
         name = tool_class_name(tool)
-        judged = name in self._only if self._only else name not in self._exempt
+        # judged: not exempt (or in `only`), the guard enabled and not paused (pause and a config clear this cache)
+        judged = (name in self._only if self._only else name not in self._exempt) and self._config.enabled
+        judged = judged and not self._paused
         rules = ToolRules(self._config, name, judged, self._overrides.get(name, {}), self._unchanged)
         rules.wait_tool = wait_tool(tool)
         if len(self._tools) >= _TOOL_CACHE_MAX:
@@ -1152,10 +1153,10 @@ class Guard(_Views):
         self.checks += 1
         if self._interrupted and agent in self._interrupted:
             return self._deny_interrupted(agent, tool, now)
-        config = self._config
         rules = self._tools.get(tool) or self._classify(tool)
-        if not (config.enabled and rules.judged) or self.paused:
+        if not rules.judged:  # disabled, paused, exempt or outside `only`
             return _NOT_JUDGED
+        config = self._config
 
         st = self._agents.get(agent)
         if st is None:
@@ -1164,12 +1165,11 @@ class Guard(_Views):
             st.seq = next(self._ticks)  # its place in the order of activity (_Recency): one tick
             self._newest = st
         st.last_tool = tool
-        previous, st.last_seen = st.last_seen, now
         own = st.limits
         cap = config.max_calls_per_agent if own is None else own.get("maxCallsPerAgent", config.max_calls_per_agent)
         ring = st.ring
         window = config.window
-        if (cap or rules.tool_cap or len(ring) > window) and (denied := self._capped(st, agent, tool, rules, cap)):
+        if (cap or rules.tool_cap or len(ring) > window) and (denied := self._capped(st, agent, tool, rules, cap, now)):
             return denied
 
         ignore = self._ignore
@@ -1193,7 +1193,7 @@ class Guard(_Views):
                 slot is not None  # a repeat of a call in the window may be a poll (paced's cheap part, inline)
                 and rules.poll_limit
                 and (now is not None or rules.wait_tool or type(args) is not dict or not COMMANDS.isdisjoint(args))
-                and paced(rules.poll_gap, tool, args, now, previous, key)  # type: ignore[arg-type]
+                and paced(rules.poll_gap, tool, args, now, st.last_seen, key)  # type: ignore[arg-type]
             ):
                 polls = st.polls + 1
                 stall, st.stall_tool = False, None  # a poll waits for a new result: the same one again is no stall
@@ -1217,14 +1217,19 @@ class Guard(_Views):
                     # a call it has not just made continues no cycle (inline; maxlen: the oldest goes)
                     recent.append(key)
                 else:
-                    cycle_len, cycle_p = st.cycled(rules, key, self._period, self._no_cycles, tool, args, now, previous)
+                    cycle_len, cycle_p = st.cycled(rules, key, self._period, self._no_cycles, tool, args, now)
+        st.last_seen = now  # (after the counting: a poll is paced by the agent's call before this one)
         limit = rules.dup_limit if own is None else own.get("duplicateLimit", rules.dup_limit)
         n = 0 if slot is None else st.tally[slot]
         # only the identical calls since its result last changed count
         seen = n - st.before.get(key, 0) if n and st.before and rules.progress else n  # type: ignore[arg-type]
         in_row = 0 if polls or key is None or key != st.last_key else st.run  # a poll: by pollLimit
         # the unchanged rule: a repeat (n) with results kept, not a poll nor back to back (repeat's), with args left
-        unchanged = st.unchanged_run(slot) if n and st.alike is not None and not (polls or in_row) and args else 0
+        unchanged = (
+            st.unchanged_run(slot)
+            if n and rules.unchanged_limit and st.alike is not None and not (polls or in_row) and args
+            else 0
+        )
         # No step objects below its warning's threshold (a deny's is at or above it): a call below every one of
         # them, the common case, skips the steps, and so does a call no cap warning is on for.
         near = (
@@ -1283,7 +1288,9 @@ class Guard(_Views):
             st.remember(call_id, Pending(key, "", rules, tool, writes), self._anon)
         return _new_verdict(Verdict, (True, None, "", seen + 1, limit, False, True, key, "", None))
 
-    def _capped(self, st: _Agent, agent: str, tool: str, rules: ToolRules, cap: int) -> Verdict | None:
+    def _capped(
+        self, st: _Agent, agent: str, tool: str, rules: ToolRules, cap: int, now: float | None
+    ) -> Verdict | None:
         """Before the call is keyed: the cap's step (its deny, or None), and a window made smaller since the agent's
         last call shrinks to size."""
         if cap or rules.tool_cap:
@@ -1292,6 +1299,7 @@ class Guard(_Views):
             c.tool_calls = st.tool_calls.get(rules.name, 0) if st.tool_calls else 0
             hit = steps.cap(c)
             if hit is not None:
+                st.last_seen = now
                 return self._deny(st, agent, tool, hit.rule, hit.tally, hit.limit, None)
         ring = st.ring
         while len(ring) > self._config.window:
@@ -1474,12 +1482,19 @@ class Guard(_Views):
         self._roster.retire(agent)
         return True
 
+    @property
+    def paused(self) -> bool:
+        """The operator paused the guard: every call is allowed unrecorded (interrupts still apply)."""
+        return self._paused
+
     def pause(self) -> None:
         """Allow every call without recording it (interrupts still apply)."""
-        self.paused = True
+        self._paused = True
+        self._tools.clear()  # each tool's rules say whether it is judged: none is while paused
 
     def resume(self) -> None:
-        self.paused = False
+        self._paused = False
+        self._tools.clear()
 
     # -- state in and out (the state store) ----------------------------------------------------
 
