@@ -75,6 +75,13 @@ def _writes(rules: ToolRules | None, key: int | None, tool: str | None, args: An
 
 
 _NOT_JUDGED = Verdict(True)
+
+
+def _given(judged: Judged | None, unjudgeable: bool) -> int | None:
+    """The key of a call the guard does not key itself: none for unjudgeable args, else the judge's (`judged`)."""
+    return None if unjudgeable or judged is None else judged.key
+
+
 _new_verdict = tuple.__new__  # a Verdict from all its fields at once: half the cost of Verdict(...) on the hot path
 
 
@@ -148,7 +155,7 @@ class _Agent:
         # the cycle rule, for each period p: how many calls in a row repeated the call p back
         self.cycles: list[int] | None = None
         self.cycling = False  # some entry of cycles is not 0
-        self.recent: deque[int | None] | None = None  # the last `period` calls it tried (maxlen), for the cycle rule
+        self.recent: list[int | None] | None = None  # the last `period` calls it tried, for the cycle rule
         self.period = 0  # the cyclePeriod `recent` and `cycles` were made for
         # progress: per key, its occurrences from before its result last changed
         self.before: dict[int, int] | None = None
@@ -223,16 +230,17 @@ class _Agent:
         `writes` or not. Its results in a row are alike while each is the same as the one before and no call
         that may write ran between them; a call that may write has none (it may change its own next answer)."""
         alike = self.alike
+        if writes:  # no mark (-1), and no array for an agent that only writes: its memory is a word per slot less
+            self.wrote += 1
+            if alike is not None and slot < len(alike):
+                alike[slot] = -1
+            return
         if alike is None:
             alike = self.alike = array("q")
         if len(alike) <= slot:
             alike.frombytes(b"\xff" * 8 * (len(self.tally) - len(alike)))  # -1: no result yet
         mark = alike[slot]
-        if writes:
-            run = 0
-            self.wrote += 1
-        else:
-            run = (mark & _ALIKE) + 1 if same and mark >= 0 and mark >> 16 == self.wrote else 1
+        run = (mark & _ALIKE) + 1 if same and mark >= 0 and mark >> 16 == self.wrote else 1
         alike[slot] = self.wrote << 16 | min(run, _ALIKE)
 
     def polled(self, key: int) -> None:
@@ -301,7 +309,7 @@ class _Agent:
         top = period
         recent = self.recent
         if recent is None or self.period != top:
-            recent = self.recent = deque(recent or (), maxlen=top)
+            recent = self.recent = list(recent or ())[-top:]
             self.period = top
         cycles = self.cycles
         if cycles is None or len(cycles) != top + 1:
@@ -324,7 +332,9 @@ class _Agent:
                         best_len, best_p = run + p, p
                 else:
                     cycles[p] = 0
-        recent.append(key)  # (a deque of maxlen `top`: the oldest goes)
+        recent.append(key)
+        if len(recent) > top:
+            del recent[0]
         return best_len, best_p
 
     def came(self, key: int | None, slot: int | None, digest: str, rules: ToolRules | None, writes: bool) -> None:
@@ -478,7 +488,7 @@ class _Agent:
         self.last_key, self.run = state.last_key, state.run
         self.cycles = list(state.cycles) if state.cycles is not None else None
         self.cycling = any(self.cycles or ())
-        self.recent = deque(state.recent, maxlen=period) if state.recent is not None else None
+        self.recent = list(state.recent)[-period:] if state.recent is not None else None
         self.period = period
         self.before = dict(state.before) if state.before is not None else None
         # polls and wordings in a row: keyed by digests too, so they come back with the window or not at all
@@ -1175,13 +1185,14 @@ class Guard(_Views):
         ignore = self._ignore
         if ignore and isinstance(args, dict) and not ignore.isdisjoint(args):
             args = {k: v for k, v in args.items() if k not in ignore}  # previews leave them out too
-        if unjudgeable or judged is not None:
-            key = judged.key if judged is not None and not unjudgeable else None
-        else:
-            try:
-                key = hash(_dumps((tool, args), option=_SORT))  # call_digest's fast path, inlined: the hot path
-            except Exception:
-                key = call_digest(tool, args)
+        try:  # keyed here (call_digest's fast path, inlined: the hot path), or elsewhere (`judged`), or not at all
+            key = (
+                hash(_dumps((tool, args), option=_SORT))
+                if judged is None and not unjudgeable
+                else _given(judged, unjudgeable)
+            )
+        except Exception:
+            key = call_digest(tool, args)
         index = st.index
         slot = None if key is None else index.get(key)
         # The rules that count every call tried, denied or not (inline: the hot path): whether it is a poll, and
@@ -1214,8 +1225,11 @@ class Guard(_Views):
                     and not st.cycling
                     and st.period == self._period
                 ):
-                    # a call it has not just made continues no cycle (inline; maxlen: the oldest goes)
+                    # a call it has not just made continues no cycle (inline; a list, not a deque with a maxlen:
+                    # a deque's block is 64 slots, 3 bytes more per remembered call)
                     recent.append(key)
+                    if len(recent) > st.period:
+                        del recent[0]
                 else:
                     cycle_len, cycle_p = st.cycled(rules, key, self._period, self._no_cycles, tool, args, now)
         st.last_seen = now  # (after the counting: a poll is paced by the agent's call before this one)
