@@ -56,9 +56,14 @@ async def test_enter_opens_the_agent_its_calls_arrive_live_with_decision_and_esc
         assert (calls[4].count, calls[4].limit, calls[4].rule) == (6, 6, "duplicate")
         assert calls[0].preview == 'web_search query="the same"'
         assert [(k.count, k.preview) for k in screen.follow.keys] == [(6, 'web_search query="the same"')]
-        await eventually_async(lambda: "6/6" in text_of(screen.head), what="the head redrawn", pilot=pilot)
+        # the head is redrawn as the stats come: wait for the second deny in it, not only for the count at 6/6
+        await eventually_async(
+            lambda: "6/6" in text_of(screen.head) and "denies duplicate 2" in text_of(screen.head),
+            what="the head redrawn with both denies",
+            pilot=pilot,
+        )
         head = text_of(screen.head)
-        assert "looper" in head and "duplicate" in head and "via dsh" in head and "denies duplicate 2" in head
+        assert "looper" in head and "duplicate" in head and "via dsh" in head
         family = text_of(screen.family)
         assert "parent root-7" in family and "subagents (0) none" in family
         await eventually_async(lambda: screen.keys.row_count == 1, what="the window's repeated call", pilot=pilot)
