@@ -7,7 +7,7 @@ from typing import Any
 
 from pydantic_ai import Agent, RunContext
 from pydantic_ai.exceptions import RunCancelled
-from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart, ToolReturnPart
+from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart, ToolReturnPart, repair_messages
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 from tests.integrations.agents.common import FINAL, PROBE_ARGS, Probe, Record, args_for, finish, options, run_doc
@@ -70,8 +70,10 @@ def run_nested(searcher: Agent[Any, str]) -> str:
 
 
 def again(error: BaseException | None) -> str:
-    """The same conversation goes on (its messages so far as the history): the same agent to the guard."""
-    history = error.all_messages() if isinstance(error, RunCancelled) else None
+    """The same conversation goes on (its messages so far as the history): the same agent to the guard. The cancel
+    may land between the model's tool call and the tool: the history is repaired as docs/integrations/pydantic-ai.md
+    says (a tool call left unanswered makes `Agent.run` refuse the new prompt)."""
+    history = repair_messages(error.all_messages()) if isinstance(error, RunCancelled) else None
     agent = built["agent"]
     if opts.mode == "async":
         return asyncio.run(agent.run("Go on.", message_history=history)).output
