@@ -424,6 +424,17 @@ def test_a_booking_retried_a_third_time_after_two_identical_errors_with_only_rea
     )  # the deny text is the config's
 
 
+def test_a_file_read_a_third_time_with_only_reads_between_is_denied_and_unchanged_limit_3_gives_one_read_more():
+    # docs/guard.md's known limit: the file did not change, so a third read can only get what the first two got —
+    # also for a reader whose context was compacted; `unchangedLimit: 3` is the setting that lets it read once more
+    read = ("Read", {"file_path": "/src/a.py"}, "def a(): ...")
+    calls = []
+    for n in range(4):
+        calls += [read, ("Grep", {"pattern": f"name{n}"}, f"{n} matches")]
+    assert answered(Guard(REC), calls) == "....D.D."
+    assert answered(Guard(REC.updated({"unchangedLimit": 3})), calls) == "......D."
+
+
 def test_the_warning_names_what_the_unchanged_rule_counts():
     g = Guard(REC.updated({"unchangedWarn": 1}))
     assert answered(g, [BOOK, look(1), BOOK, look(2), BOOK]) == "..w.D"
