@@ -43,6 +43,11 @@ _NEW_CALLS = 10
 INTERRUPTED_TEXT = "Circuit breaker (interrupted): the operator stopped this agent; do not call any more tools."
 _NO_RESULT = -1  # a slot whose key has no result yet (CPython's hash() never returns -1)
 _ALIKE = 0xFFFF  # the unchanged rule's mark of a slot: (writes counted at its last result) << 16 | results alike
+# Bound once (the hot path): CPython 3.11 compiles a method call on a name imported with `from … import` as an
+# attribute load and a call, which builds a bound method object each time; a bound method kept here is a call.
+_commands_apart = COMMANDS.isdisjoint
+_spelled_apart = SPELLED.isdisjoint
+_reworded = REWORDED.get
 # An agent's last judged call, as (outcome, rule): one shared pair per rule, so recording it allocates nothing.
 _DENIED: dict[str, tuple[Outcome, Kind]] = {kind: ("deny", kind) for kind in DENY_KINDS}
 _WARNED: dict[str, tuple[Outcome, Kind]] = {kind: ("warn", kind) for kind in DENY_KINDS}
@@ -75,6 +80,12 @@ def _writes(rules: ToolRules | None, key: int | None, tool: str | None, args: An
 
 
 _NOT_JUDGED = Verdict(True)
+
+
+def _without(args: dict[str, Any], ignore: frozenset[str]) -> dict[str, Any]:
+    """The args but the ignored ones (a function of its own: a comprehension in `Guard.check` would make `ignore` a
+    cell built on every check)."""
+    return {k: v for k, v in args.items() if k not in ignore}
 
 
 def _given(judged: Judged | None, unjudgeable: bool) -> int | None:
@@ -939,6 +950,10 @@ class _Views:
     """What the guard shows (the read side, for the session and the console): rows of its agents and of their
     repeated keys. Reads the state `Guard` keeps; changes nothing."""
 
+    # slots, here and in Guard: a guard's 31 fields are past the 30 an instance dict shares its keys for, and a
+    # field read on the hot path is then a dict lookup with a hint instead of a slot's load
+    __slots__ = ("_agents", "_config", "_interrupted", "_limits", "_recency", "_top_keys")
+
     _agents: dict[str, _Agent]
     _interrupted: dict[str, _Interrupt]
     _limits: dict[str, dict[str, int]]
@@ -1076,6 +1091,34 @@ class Guard(_Views):
     and per-agent limits live apart from the agents and only operator actions remove them.
     """
 
+    __slots__ = (
+        "_anon",
+        "_call",
+        "_exempt",
+        "_ignore",
+        "_newest",
+        "_no_cycles",
+        "_only",
+        "_operator",
+        "_overrides",
+        "_paused",
+        "_period",
+        "_reasons",
+        "_retired",
+        "_retired_tiers",
+        "_roster",
+        "_stall",
+        "_ticks",
+        "_tools",
+        "_tracking",
+        "_unchanged",
+        "_warning_texts",
+        "checks",
+        "denies",
+        "on_remove",
+        "warnings",
+    )
+
     def __init__(self, config: Config | None = None, on_remove: Callable[[str], Any] | None = None) -> None:
         self._operator = _Operator()  # interrupts and per-agent limits
         self._interrupted, self._limits = self._operator.interrupted, self._operator.limits
@@ -1184,7 +1227,7 @@ class Guard(_Views):
 
         ignore = self._ignore
         if ignore and isinstance(args, dict) and not ignore.isdisjoint(args):
-            args = {k: v for k, v in args.items() if k not in ignore}  # previews leave them out too
+            args = _without(args, ignore)  # previews leave them out too
         try:  # keyed here (call_digest's fast path, inlined: the hot path), or elsewhere (`judged`), or not at all
             key = (
                 hash(_dumps((tool, args), option=_SORT))
@@ -1203,15 +1246,15 @@ class Guard(_Views):
             if (
                 slot is not None  # a repeat of a call in the window may be a poll (paced's cheap part, inline)
                 and rules.poll_limit
-                and (now is not None or rules.wait_tool or type(args) is not dict or not COMMANDS.isdisjoint(args))
+                and (now is not None or rules.wait_tool or type(args) is not dict or not _commands_apart(args))
                 and paced(rules.poll_gap, tool, args, now, st.last_seen, key)  # type: ignore[arg-type]
             ):
                 polls = st.polls + 1
                 stall, st.stall_tool = False, None  # a poll waits for a new result: the same one again is no stall
                 st.polled(key)  # type: ignore[arg-type]  # the unchanged rule does not count polls either
             if rules.reword_limit and not polls:  # the call's key in other words (breaker/normalise.py)
-                if key is not None and (rules.searches or type(args) is not dict or not SPELLED.isdisjoint(args)):
-                    reworded = st.reword(key, REWORDED.get(key) or reworded_of(key, tool, args))
+                if key is not None and (rules.searches or type(args) is not dict or not _spelled_apart(args)):
+                    reworded = st.reword(key, _reworded(key) or reworded_of(key, tool, args))
                 else:  # only itself: no other call says the same, so it ends any run of wordings and starts none
                     st.reword_key = None
             if stall and tool != st.stall_tool:  # a call of another tool ends the run of calls the stall rule counts
