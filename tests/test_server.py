@@ -127,15 +127,17 @@ def test_a_subscriber_gets_a_full_state_then_coalesced_deltas_with_trips(guard):
         c.ask(check(i, f"agent-{i % 3}", "web_search", {"q": "loop"}))
     frames = []
     seen_calls = {}
+    trips: list[dict] = []
 
     def read_a_frame() -> bool:
+        # the 6th call's counts and the 7th call's trip may come in two frames (a tick can fall between them)
         frames.append(f := sub.line())
         seen_calls.update((a["agent"], a["calls"]) for a in f["agents"])
-        return sum(seen_calls.values()) >= 18
+        trips.extend(f.get("trips", ()))
+        return sum(seen_calls.values()) >= 18 and len(trips) >= 3
 
-    eventually(read_a_frame, what="frames with every agent's 6 calls")
+    eventually(read_a_frame, what="frames with every agent's 6 calls and three trips")
     assert seen_calls == {"agent-0": 6, "agent-1": 6, "agent-2": 6}
-    trips = [t for f in frames for t in f.get("trips", ())]
     assert sorted((t["agent"], t["kind"]) for t in trips) == [(f"agent-{i}", "duplicate") for i in range(3)]
     assert all(f["full"] is False for f in frames)
 
