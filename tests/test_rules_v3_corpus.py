@@ -39,9 +39,10 @@ def test_recommended_stops_every_loop_and_warns_nine_in_ten_before_their_first_d
     assert loops.warned_first * 10 >= loops.stopped * 9
 
 
-def test_the_median_first_deny_is_at_call_6_5_short_of_the_target_by_the_loops_the_manifest_stops_late():
-    # Target <= 6 (issue 23), not met: the four loops stopped since are stopped at the very calls MANIFEST.json's
-    # expected_stop_by names (6, 7, 9, 11), which lifts the median of the 18 first denies from 6 to 6.5.
+def test_the_median_first_deny_is_at_call_6_with_the_loops_the_manifest_stops_late_stopped_at_their_expected_calls():
+    # Target <= 6 (issue 23). On the 18 loops the rules were tuned on it was 6.5: the four loops stopped last are
+    # stopped at the very calls MANIFEST.json's expected_stop_by names (6, 7, 9, 11). The out-of-sample set of
+    # 2026-12-03 adds three loops stopped at calls 3, 3 and 5, which brings the median of the 21 first denies to 6.
     traces = outcomes(REC)["traces"]
     for name, call in (
         ("syzkaller-aflow-grepper-three-expression-cycle.jsonl", 6),
@@ -52,7 +53,7 @@ def test_the_median_first_deny_is_at_call_6_5_short_of_the_target_by_the_loops_t
         o = traces[name]
         assert o.first_stop == call == o.trace.expected_stop, name
     loops = outcomes(REC)["loop"]
-    assert loops.median_first_stop is not None and loops.median_first_stop <= 6.5
+    assert loops.median_first_stop is not None and loops.median_first_stop <= 6
 
 
 def test_the_tight_bashoutput_polls_are_stopped_once_the_timestamp_is_left_out():
