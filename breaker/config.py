@@ -462,7 +462,10 @@ SETTINGS: tuple[Setting, ...] = (
         kind="bool",
         default=False,
         used_by=("engine",),
-        help="a repeat whose result differs from the last identical call's is progress: it restarts the count",
+        help=(
+            "a repeat whose result differs from the last identical call's is progress: it restarts the count"
+            " (not for a tool whose name says it writes)"
+        ),
     ),
     Setting(
         key="tools",

@@ -469,7 +469,9 @@ class ToolRules:
         self.stall_warn = min(overrides.get("stallWarn", config.stall_warn), self.stall_limit)
         self.tool_cap = overrides.get("maxCalls", 0)
         self.tool_warn = min(overrides.get("maxCallsWarn", 0), self.tool_cap)
-        self.progress = overrides.get("progress", config.progress)
+        # the identical write again answering otherwise is the first write's effect (the text it replaced is gone),
+        # not progress: a tool that writes has none, unless it says so itself
+        self.progress = overrides.get("progress", config.progress and not writes(name))
         self.cycle_limit = config.cycle_limit
         self.cycle_warn = config.cycle_warn if config.cycle_limit else 0  # each rule warns only while it is on
         self.cap_warn = min(config.cap_warn, config.max_calls_per_agent)

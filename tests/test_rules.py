@@ -190,6 +190,29 @@ def test_a_poll_that_stops_progressing_is_stopped_counted_from_its_last_change()
     assert poll(g, ["1", "2", "3", "4", "done", "done", "done", "done"]) == ".w....wR"
 
 
+def test_an_identical_edit_that_succeeded_then_fails_is_no_progress_and_is_denied_at_its_third_call():
+    # openagents-fm-simple-edit-same-edit-repeated (out-of-sample, 2026-12-03): "success", then "Text not found"
+    edit = {"path": "config.txt", "old_text": "DEBUG=false", "new_text": "DEBUG=true"}
+    answers = ["success - Edited config.txt"] + ["failed - Text not found in config.txt"] * 4
+    g, out = Guard(Config.with_preset("recommended")), ""
+    for i, answer in enumerate(answers):
+        v = g.check("a", "edit_file", edit, call_id=i)
+        out += outcome(v)
+        if v.allowed:
+            g.result("a", result_digest(answer), call_id=i)
+    assert out == ".wRRR"
+    # a tool's own `progress` still wins, and a tool that does not write keeps it
+    config = Config.from_mapping({"preset": "recommended", "tools": {"edit_file": {"progress": True}}})
+    g, out = Guard(config), ""
+    for i, answer in enumerate(answers):
+        v = g.check("a", "edit_file", edit, call_id=i)
+        out += outcome(v)
+        if v.allowed:
+            g.result("a", result_digest(answer), call_id=i)
+    assert out == ".w.wR"
+    assert poll(Guard(Config.with_preset("recommended")), [str(i) for i in range(6)]).count("R") == 0
+
+
 def test_without_progress_a_changing_result_changes_nothing():
     g = Guard(Config(repeat_limit=3))
     assert poll(g, [str(i) for i in range(5)]) == "...RR"
