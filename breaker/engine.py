@@ -254,6 +254,19 @@ class _Agent:
         run = (mark & _ALIKE) + 1 if same and mark >= 0 and mark >> 16 == self.wrote else 1
         alike[slot] = self.wrote << 16 | min(run, _ALIKE)
 
+    def stall_result(self, tool: str | None, digest: str, writes: bool) -> bool:
+        """The stall rule, for a result of a call of `tool`: one more call of it in a row with this result? False if it
+        is not the tool of the run. A call that `writes` answers with what it did (often nothing): a new start."""
+        if tool is None or tool != self.stall_tool:
+            return False
+        if writes:
+            self.stall_digest, self.stall_n = None, 0
+        elif digest == self.stall_digest:
+            self.stall_n += 1
+        else:
+            self.stall_digest, self.stall_n = digest, 1
+        return True
+
     def polled(self, key: int) -> None:
         """The unchanged rule does not count polls: the key's results alike so far count no more."""
         alike = self.alike
@@ -1171,7 +1184,7 @@ class Guard(_Views):
         # judged: not exempt (or in `only`), the guard enabled and not paused (pause and a config clear this cache)
         judged = (name in self._only if self._only else name not in self._exempt) and self._config.enabled
         judged = judged and not self._paused
-        rules = ToolRules(self._config, name, judged, self._overrides.get(name, {}), self._unchanged)
+        rules = ToolRules(self._config, name, judged, self._overrides.get(name, {}), self._unchanged or self._stall)
         rules.wait_tool = wait_tool(tool)
         if len(self._tools) >= _TOOL_CACHE_MAX:
             self._tools.clear()
@@ -1449,14 +1462,10 @@ class Guard(_Views):
                         break
         warning = found.warning if found is not None else ""
         called = found.tool if found is not None else tool
-        stall = called is not None and called == st.stall_tool
-        if stall:  # the stall rule: one more call of this tool in a row with this result?
-            if digest == st.stall_digest:
-                st.stall_n += 1
-            else:
-                st.stall_digest, st.stall_n = digest, 1
+        writes = found.writes if found is not None else _writes(rules, key, tool, args)
+        stall = st.stall_result(called, digest, writes and not (rules is not None and rules.stall_writes))
         slot = None if key is None else st.index.get(key)
-        st.came(key, slot, digest, rules, found.writes if found is not None else _writes(rules, key, tool, args))
+        st.came(key, slot, digest, rules, writes)
         # found, unless it had args it could not judge, or went from the window (and it is not the stall rule's)
         return (slot is not None or found is not None or stall), warning
 

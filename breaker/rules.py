@@ -397,6 +397,7 @@ class ToolRules:
     reword_warn: int
     searches: bool
     stall_limit: int
+    stall_writes: bool
     stall_warn: int
     tallies: bool
     tool_cap: int
@@ -430,6 +431,7 @@ class ToolRules:
         "searches",
         "stall_limit",
         "stall_warn",
+        "stall_writes",
         "tallies",
         "tool_cap",
         "tool_warn",
@@ -466,6 +468,9 @@ class ToolRules:
         # a tool that writes answers the same acknowledgement whatever it wrote: no stall, unless it says so itself
         stall = 0 if writes(name) else min(config.stall_limit, SEARCH_STALL) if searches(name) else config.stall_limit
         self.stall_limit = overrides.get("stallLimit", stall)
+        # a call that may write answers with what it did: the stall rule counts it only when the tool's own
+        # stallLimit asks (Guard.result)
+        self.stall_writes = "stallLimit" in overrides
         self.stall_warn = min(overrides.get("stallWarn", config.stall_warn), self.stall_limit)
         self.tool_cap = overrides.get("maxCalls", 0)
         self.tool_warn = min(overrides.get("maxCallsWarn", 0), self.tool_cap)

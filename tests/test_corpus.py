@@ -260,13 +260,16 @@ def bounds_text() -> str:
     def named(group: list[dict]) -> str:
         return ", ".join(f"`{e['file']}` ({first[e['file']]}, expected by {expected[e['file']]})" for e in group)
 
+    missed = [e for e in loops if first[e["file"]] is None]
     into = [first[e["file"]] - e["loop_starts_at"] + 1 for e in stopped]
     return (
         f"- The calls the {len(loops)} loops' manifests expect them stopped by have a median of "
         f"**{_median(list(expected.values()))}**: a detector that stopped every loop exactly where a careful reader "
         f"would, no earlier and no later, has that median first deny on this corpus.\n"
         f"- `recommended` stops {len(stopped) - len(later) - len(earlier)} loops at the expected call, "
-        f"{len(earlier)} earlier ({named(earlier)}) and {len(later)} later ({named(later)}).\n"
+        f"{len(earlier)} earlier ({named(earlier)}) and {len(later)} later ({named(later)})"
+        + (f"; it misses {len(missed)}: " + ", ".join(f"`{e['file']}`" for e in missed) if missed else "")
+        + ".\n"
         f"- Counted from each loop's first call (`loop_starts_at`) instead of the trace's, the median first deny is "
         f"call {_median(into)} of the loop."
     )

@@ -435,6 +435,21 @@ def test_a_file_read_a_third_time_with_only_reads_between_is_denied_and_unchange
     assert answered(Guard(REC.updated({"unchangedLimit": 3})), calls) == "......D."
 
 
+def test_quiet_shell_commands_that_write_are_no_stall_and_a_read_after_them_starts_the_run_again():
+    # claude-code-export-tool-write-retries-and-reruns, calls 49-56 (out of sample, 2026-12-03): eight different
+    # commands that write, each answered with empty output, are healthy work; stall denied the eighth
+    commands = ["mkdir -p out", "mv a out/", "mv b out/", "mv c out/", "mv d out/", "rm -f tmp.txt"]
+    commands += ["echo one > out/x.txt", "echo two > out/y.txt", "mv e out/", "mv f out/"]
+    assert answered(Guard(REC), [("Bash", {"command": c}, "") for c in commands]) == "." * 10
+    # reads answered alike still stall (stallLimit 7): the eighth is denied, the seventh warned
+    reads = [("Bash", {"command": f"ls dir{n}"}, "") for n in range(9)]
+    assert answered(Guard(REC), reads) == "......wSS"
+    # and a command that writes between them starts the run again once its result is in (it is itself warned: it
+    # comes after six alike, and the check cannot know its answer yet)
+    mixed = [*reads[:6], ("Bash", {"command": "touch x"}, ""), *reads[6:]]
+    assert answered(Guard(REC), mixed) == "......w..."
+
+
 def test_the_warning_names_what_the_unchanged_rule_counts():
     g = Guard(REC.updated({"unchangedWarn": 1}))
     assert answered(g, [BOOK, look(1), BOOK, look(2), BOOK]) == "..w.D"
