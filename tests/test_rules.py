@@ -194,22 +194,20 @@ def test_an_identical_edit_that_succeeded_then_fails_is_no_progress_and_is_denie
     # openagents-fm-simple-edit-same-edit-repeated (out-of-sample, 2026-12-03): "success", then "Text not found"
     edit = {"path": "config.txt", "old_text": "DEBUG=false", "new_text": "DEBUG=true"}
     answers = ["success - Edited config.txt"] + ["failed - Text not found in config.txt"] * 4
-    g, out = Guard(Config.with_preset("recommended")), ""
-    for i, answer in enumerate(answers):
-        v = g.check("a", "edit_file", edit, call_id=i)
-        out += outcome(v)
-        if v.allowed:
-            g.result("a", result_digest(answer), call_id=i)
-    assert out == ".wRRR"
+
+    def edits(g: Guard) -> str:
+        out = ""
+        for i, answer in enumerate(answers):
+            v = g.check("a", "edit_file", edit, call_id=i)
+            out += outcome(v)
+            if v.allowed:
+                g.result("a", result_digest(answer), call_id=i)
+        return out
+
+    assert edits(Guard(Config.with_preset("recommended"))) == ".wRRR"
     # a tool's own `progress` still wins, and a tool that does not write keeps it
     config = Config.from_mapping({"preset": "recommended", "tools": {"edit_file": {"progress": True}}})
-    g, out = Guard(config), ""
-    for i, answer in enumerate(answers):
-        v = g.check("a", "edit_file", edit, call_id=i)
-        out += outcome(v)
-        if v.allowed:
-            g.result("a", result_digest(answer), call_id=i)
-    assert out == ".w.wR"
+    assert edits(Guard(config)) == ".w.wR"
     assert poll(Guard(Config.with_preset("recommended")), [str(i) for i in range(6)]).count("R") == 0
 
 
