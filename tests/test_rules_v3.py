@@ -450,6 +450,16 @@ def test_quiet_shell_commands_that_write_are_no_stall_and_a_read_after_them_star
     assert answered(Guard(REC), mixed) == "......w..."
 
 
+def test_a_loop_that_writes_each_time_is_no_stall_but_its_identical_calls_are_still_repeats():
+    # SECURITY.md: the agent's command text says whether a call may write; writing calls leave stall's count
+    varied = [("Bash", {"command": f"grep -rn foo{n} src > /tmp/out"}, "") for n in range(10)]
+    assert answered(Guard(REC), varied) == "." * 10  # varied and writing: not a stall
+    same = [("Bash", {"command": "grep -rn foo src > /tmp/out"}, "")] * 4
+    assert answered(Guard(REC), same) == ".wRR"  # identical: repeat denies at the third
+    counted = REC.updated({"tools": {"Bash": {"stallLimit": 3}}})
+    assert answered(Guard(counted), varied[:5]) == "..wSS"  # a tool's own stallLimit counts its writes
+
+
 def test_the_warning_names_what_the_unchanged_rule_counts():
     g = Guard(REC.updated({"unchangedWarn": 1}))
     assert answered(g, [BOOK, look(1), BOOK, look(2), BOOK]) == "..w.D"
