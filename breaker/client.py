@@ -78,6 +78,7 @@ __all__ = [
 log = logging.getLogger("cbconsole.client")
 
 DEFAULT_TIMEOUT = 0.5  # seconds a tool call may wait for the guard before the failure mode applies
+OPERATOR_TIMEOUT = 5.0  # seconds an operator request may wait: no tool call waits on it
 DEFERRED_MAX = 64  # requests sent without waiting that wait for the next request to go with it (see `_post`)
 
 
@@ -938,7 +939,9 @@ def operator_client(
     **options: Any,
 ) -> AsyncGuardClient:
     """An asyncio client on the operator's socket (beside `harness_socket`'s directory by default),
-    as a console: it is not counted among the harnesses."""
+    as a console: it is not counted among the harnesses. Its requests wait up to `OPERATOR_TIMEOUT` (5 s)
+    unless `timeout=` says otherwise: no tool call waits on an operator, and a loaded machine may be slow."""
     path = Path(operator_socket) if operator_socket is not None else default_operator_socket_path(harness_socket)
     options.setdefault("role", "console")
+    options.setdefault("timeout", OPERATOR_TIMEOUT)
     return AsyncGuardClient(path, **options)

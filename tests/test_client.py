@@ -457,3 +457,12 @@ def test_an_agent_id_json_cannot_carry_goes_escaped_and_its_calls_are_judged_by_
     assert [(d.allowed, d.fallback) for d in decisions] == [(True, False)] * 6 + [(False, False)]
     assert decisions[6].kind == "duplicate"
     assert "agent-\\ud800" in snapshot_agents(guard)  # the id as cbhook sends it: escaped, the same each time
+
+
+def test_an_operator_client_waits_longer_than_a_tool_call_unless_told_otherwise(tmp_path) -> None:
+    # No agent waits on an operator's request, and a loaded machine may take more than a tool call's 0.5 s.
+    harness = tmp_path / "run" / "guard.sock"
+    operator = client_module.operator_client(operator_socket=tmp_path / "op.sock")
+    assert operator.timeout == client_module.OPERATOR_TIMEOUT > client_module.DEFAULT_TIMEOUT
+    assert operator.path == tmp_path / "op.sock"
+    assert client_module.operator_client(harness, timeout=0.25).timeout == 0.25
