@@ -96,6 +96,12 @@ def _given(judged: Judged | None, unjudgeable: bool) -> int | None:
 _new_verdict = tuple.__new__  # a Verdict from all its fields at once: half the cost of Verdict(...) on the hot path
 
 
+def _allowed(seen: int, limit: int, key: int | None) -> Verdict:
+    """The verdict of an allowed call no rule warned of, for an agent with its own limits or a count past those
+    its tool's rules hold a shared verdict for (`ToolRules.allowed`)."""
+    return _new_verdict(Verdict, (True, None, "", seen + 1, limit, False, True, key, "", None))
+
+
 class _Agent:
     """One agent's state: its window and its lifetime tallies.
 
@@ -1126,6 +1132,7 @@ class Guard(_Views):
         "_tracking",
         "_unchanged",
         "_warning_texts",
+        "checked_key",
         "checks",
         "denies",
         "on_remove",
@@ -1145,6 +1152,7 @@ class Guard(_Views):
         self._newest: _Agent | None = None  # the agent of the last check: the most recently active, in both orders
         self._paused = False
         self.checks = 0
+        self.checked_key: int | None = None  # the key of the last call counted (`Verdict.counted`)
         self.denies: dict[str, int] = dict.fromkeys(DENY_KINDS, 0)
         self.warnings = 0  # calls allowed with a warning
         self._anon = itertools.count(1)  # ids for remembered calls that came without one
@@ -1199,7 +1207,6 @@ class Guard(_Views):
         tool: str,
         args: Any,
         now: float | None = None,
-        *,
         unjudgeable: bool = False,
         call_id: str | int | None = None,
         judged: Judged | None = None,
@@ -1214,7 +1221,8 @@ class Guard(_Views):
         `unjudgeable`: the harness could not serialize the args; the call is judged as args that
         cannot be keyed (allowed and counted, matching nothing). `call_id`: the harness's id for the
         call, so that its result (`result()`) finds it. `judged`: the args were keyed elsewhere (the
-        judge process, for large frames): its digest and preview stand for them (`args` is ignored).
+        judge process, for large frames): its digest and preview stand for them (`args` is ignored). (Not
+        keyword-only: CPython 3.11 fills an omitted keyword-only argument from a dict, 45 ns a check.)
         """
         self.checks += 1
         if self._interrupted and agent in self._interrupted:
@@ -1249,6 +1257,7 @@ class Guard(_Views):
             )
         except Exception:
             key = call_digest(tool, args)
+        self.checked_key = key  # (a counted call's: its verdict may be one shared by many calls, without it)
         index = st.index
         slot = None if key is None else index.get(key)
         # The rules that count every call tried, denied or not (inline: the hot path): whether it is a poll, and
@@ -1356,7 +1365,8 @@ class Guard(_Views):
             # whether it may write: the unchanged rule counts it when its result comes (breaker/normalise.py)
             writes = rules.writes or (rules.runs and may_write(key, tool, args))
             st.remember(call_id, Pending(key, "", rules, tool, writes), self._anon)
-        return _new_verdict(Verdict, (True, None, "", seen + 1, limit, False, True, key, "", None))
+        shared = rules.allowed  # one verdict for every such call, built once (its key: checked_key)
+        return shared[seen] if own is None and seen < len(shared) else _allowed(seen, limit, key)
 
     def _capped(
         self, st: _Agent, agent: str, tool: str, rules: ToolRules, cap: int, now: float | None

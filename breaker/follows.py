@@ -116,9 +116,9 @@ class Follows:
                 rows.append(e)
                 twin = None
                 continue
-            now, tool, args, decision, count, limit, rule, key = e
-            if twin is not None and key is not None and key == twin[0][7] and tool == twin[0][1] and args == twin[0][2]:
-                text = twin[1].preview  # the same call again (a loop): the same string
+            now, tool, args, decision, count, limit, rule = e
+            if twin is not None and tool == twin[0][1] and args == twin[0][2]:
+                text = twin[1].preview  # the same call again (a loop): the same string (its args are a few values)
             else:
                 text = preview(tool, args)
             row = CallRow(time=now, tool=tool, preview=text, decision=decision, count=count, limit=limit, rule=rule)
@@ -182,8 +182,8 @@ def _decision(v: Any) -> Outcome:
     return "allow" if v.counted else "pass"
 
 
-# A call kept as it was until someone looks: time, tool, args, decision, count, limit, rule, key (its digest).
-Kept = tuple[float, str, Any, Outcome, int, int, str, "int | None"]
+# A call kept as it was until someone looks: time, tool, args, decision, count, limit, rule.
+Kept = tuple[float, str, Any, Outcome, int, int, str]
 
 
 def _settle(m: AgentMeta) -> None:
@@ -196,9 +196,9 @@ def _settle(m: AgentMeta) -> None:
         now, req, v, judged = ring[at]
         args = req.args
         if judged is None and not req.args_unserializable and (args is None or _small(args)):
-            allowed, _, _, count, limit, _, counted, key, warning, rule = v  # a Verdict, unpacked in one step
+            allowed, _, _, count, limit, _, counted, _, warning, rule = v  # a Verdict, unpacked in one step
             decision: Outcome = ("warn" if warning else "allow" if counted else "pass") if allowed else "deny"
-            kept: Kept = (now, intern(req.tool), args, decision, count, limit, rule or "", key)
+            kept: Kept = (now, intern(req.tool), args, decision, count, limit, rule or "")
             ring[at] = kept
         else:
             ring[at] = call_row(now, req, v, judged)

@@ -216,8 +216,9 @@ def replay(
                 report(agent, results[i], call_id=i)
         else:
             v = check(agent, tool, args, now)
+        key = guard.checked_key if v.counted else v.key  # (a plain allowed call's verdict is shared: no key)
         if v.allowed:
-            last_call[agent] = (now, args, v.key)
+            last_call[agent] = (now, args, key)
         else:  # a denied call did not run: it slept no time
             last_call[agent] = (now, None, None)
         if agent != last_agent:  # transcripts come agent by agent: look the tally up only on a change
@@ -229,7 +230,7 @@ def replay(
             counts = tally.counts
         n = tally.calls = tally.calls + 1
         # The key as the engine compares calls: the ignoreArgs names left out of the top-level object.
-        key = v.key  # the engine's own digest when it computed one: the same comparison, done once
+        # the engine's own digest when it computed one: the same comparison, done once
         if key is None:
             same = args
             if ignore and type(args) is dict and not ignore.isdisjoint(args):

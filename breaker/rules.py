@@ -76,7 +76,9 @@ class Verdict(NamedTuple):
     first: this is the agent's first deny of this kind (the one the incident log records).
     counted: the call was recorded (took a window slot and counts toward the cap).
     key: the call's digest as the window compares it, for tools that tally calls the same way
-    (None when it was not computed: not judged, capped, interrupted, or unserializable args).
+    (None when it was not computed: not judged, capped, interrupted, or unserializable args; and None on
+    a plain allowed call — no warning, the agent's own duplicateLimit unset — whose verdict is one shared by
+    every such call of its count, built once: `Guard.checked_key` holds the key of the last call counted).
     warning/rule: an allowed call near a limit carries the text for the model and the rule ("" and
     None otherwise); a deny's rule is its kind.
 
@@ -380,6 +382,7 @@ class ToolRules:
     """The limits one tool's calls are judged by — the config's, with the tool's overrides on top — and the steps
     that are on for them, in order."""
 
+    allowed: tuple[Verdict, ...]
     cap_warn: int
     counts_tool: bool
     count_writes: bool
@@ -409,6 +412,7 @@ class ToolRules:
     wait_tool: bool
 
     __slots__ = (
+        "allowed",
         "cap_warn",
         "count_writes",
         "counts_tool",
@@ -450,6 +454,11 @@ class ToolRules:
         self.name = name  # the tool's class name (case, `_` and `-` ignored), as exempt compares
         self.dup_limit = overrides.get("duplicateLimit", config.duplicate_limit)
         self.dup_warn = overrides.get("duplicateWarn", config.duplicate_warn)
+        # the verdict of an allowed call no rule warned of, by the identical calls before it (`seen`): one shared,
+        # immutable verdict each, so that the allowed path builds none (the call's key is `Guard.checked_key`)
+        self.allowed = tuple(
+            Verdict(True, None, "", seen + 1, self.dup_limit, False, True) for seen in range(min(self.dup_limit, 64))
+        )
         self.rep_limit = overrides.get("repeatLimit", config.repeat_limit)
         self.rep_warn = min(overrides.get("repeatWarn", config.repeat_warn), self.rep_limit)  # 0 while it is off
         self.rep_near = self.rep_limit - self.rep_warn if self.rep_limit else sys.maxsize  # calls in a row it warns at

@@ -414,9 +414,7 @@ class ServerSession:
             ch.agents.add(agent)
             ch.checked = True
         now = self.clock()
-        v = self.guard.check(
-            agent, req.tool, req.args, now, unjudgeable=req.args_unserializable, call_id=req.call_id, judged=judged
-        )
+        v = self.guard.check(agent, req.tool, req.args, now, req.args_unserializable, req.call_id, judged)
         # Its recent calls, kept for every agent: what the check already holds goes into its ring, and the next
         # tick makes rows of it (Follows.settle): no preview is built here.
         made = meta.made

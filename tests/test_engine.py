@@ -568,9 +568,24 @@ def test_verdict_key_is_the_digest_the_window_compares_and_none_when_not_compute
     g = guard(duplicate_limit=1, max_calls_per_agent=3)
     args = {"q": "x", "description": "ignored"}
     allowed = g.check("a", "web_search", args)
+    allowed_key = g.checked_key  # a plain allowed call's verdict is shared: the guard holds its key
     denied = g.check("a", "web_search", {"q": "x"})
-    assert allowed.key == denied.key == call_key("web_search", {"q": "x"}) is not None
+    assert allowed.key is None and allowed.counted
+    assert allowed_key == denied.key == call_key("web_search", {"q": "x"}) is not None
     assert g.check("a", "todo_write", {}).key is None  # exempt: not judged
     assert g.check("a", "t", {"b": b""}).key is None  # unserializable
     g.check("a", "t", {"n": 1})
     assert g.check("a", "t", {"n": 2}).kind == "cap" and g.check("a", "t", {"n": 3}).key is None
+
+
+def test_a_plain_allowed_call_gets_the_verdict_shared_by_its_count_and_an_agents_own_limit_gets_one_of_its_own():
+    g = guard(duplicate_limit=3)
+    first = g.check("a", "read", {"path": "/x"})
+    assert first == (True, None, "", 1, 3, False, True, None, "", None)
+    assert g.check("b", "read", {"path": "/y"}) is first  # another agent, another call, the same count: one object
+    second = g.check("a", "read", {"path": "/x"})
+    assert second.count == 2 and second is not first and g.checked_key is not None
+    g.check("c", "read", {"path": "/z"})
+    g.override("c", {"duplicateLimit": 2})
+    own = g.check("c", "read", {"path": "/x"})
+    assert (own.count, own.limit, own.key) == (1, 2, g.checked_key) and own.key is not None
