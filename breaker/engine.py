@@ -96,6 +96,13 @@ def _given(judged: Judged | None, unjudgeable: bool) -> int | None:
 _new_verdict = tuple.__new__  # a Verdict from all its fields at once: half the cost of Verdict(...) on the hot path
 
 
+def _last(calls: list[int | None] | None, period: int) -> list[int | None]:
+    """The cycle rule's last `period` calls tried, exactly that many: None (a call that matches none) stands for
+    those before the first, so that a call adds one and drops one without asking how many there are."""
+    last = list(calls or ())[-period:]
+    return [None] * (period - len(last)) + last
+
+
 def _allowed(seen: int, limit: int, key: int | None) -> Verdict:
     """The verdict of an allowed call no rule warned of, for an agent with its own limits or a count past those
     its tool's rules hold a shared verdict for (`ToolRules.allowed`)."""
@@ -339,7 +346,7 @@ class _Agent:
         top = period
         recent = self.recent
         if recent is None or self.period != top:
-            recent = self.recent = list(recent or ())[-top:]
+            recent = self.recent = _last(recent, top)
             self.period = top
         cycles = self.cycles
         if cycles is None or len(cycles) != top + 1:
@@ -518,7 +525,7 @@ class _Agent:
         self.last_key, self.run = state.last_key, state.run
         self.cycles = list(state.cycles) if state.cycles is not None else None
         self.cycling = any(self.cycles or ())
-        self.recent = list(state.recent)[-period:] if state.recent is not None else None
+        self.recent = _last(state.recent, period) if state.recent is not None else None
         self.period = period
         self.before = dict(state.before) if state.before is not None else None
         # polls and wordings in a row: keyed by digests too, so they come back with the window or not at all
@@ -1097,7 +1104,116 @@ class _Views:
         return GuardView(agents=views, top_keys=self.top_keys(top))
 
 
-class Guard(_Views):
+class _Operated(_Views):
+    """The guard's actions that are not a call's: what the operator does to it (interrupts, resets, an agent's own
+    limits, a pause), the harness's word that an agent ended, and the state store's way in and out."""
+
+    __slots__ = ("_newest", "_operator", "_paused", "_period", "_retired", "_roster", "_tools")
+
+    _newest: _Agent | None
+    _operator: _Operator
+    _paused: bool
+    _period: int
+    _retired: dict[str, _Ledger]
+    _roster: _Roster
+    _tools: dict[str, ToolRules]
+
+    # -- operator actions ---------------------------------------------------------------------
+
+    def interrupt(self, agent: str, reason: str = "") -> None:
+        """Deny every later call of `agent` (kind "interrupted") until `uninterrupt`."""
+        self._operator.interrupt(agent, reason)
+
+    def uninterrupt(self, agent: str) -> bool:
+        """Lift an operator interrupt; True if the agent was interrupted."""
+        return self._interrupted.pop(agent, None) is not None
+
+    def interrupted(self, agent: str) -> bool:
+        return agent in self._interrupted
+
+    def reset(self, agent: str) -> bool:
+        """Clear an agent's window, call count, denies and override (not an interrupt); True if it was tracked.
+        An operator's action: its counts start again, as a new agent's."""
+        self._limits.pop(agent, None)
+        self._newest = None
+        return self._roster.reset(agent)
+
+    def override(self, agent: str, limits: dict[str, int | None]) -> dict[str, int] | None:
+        """Give `agent` limits of its own (AGENT_LIMITS keys; a value None takes that one off): its cap, and
+        its duplicate limit for every tool. The global config is untouched; a reset clears them. They are
+        kept apart from the agent's state: its end or eviction never drops them, only the operator does.
+        The agent's limits now, or None if the guard does not know it. Values are the caller's to check
+        (the protocol does)."""
+        if agent not in self._agents and agent not in self._retired and agent not in self._interrupted:
+            return None
+        own = self._operator.override(agent, limits)
+        st = self._agents.get(agent)
+        if st is not None:
+            st.limits = own or None
+        return own
+
+    def overrides(self) -> dict[str, dict[str, int]]:
+        """Every agent's own limits (a copy), oldest first: what the state store keeps."""
+        return {agent: dict(own) for agent, own in self._limits.items()}
+
+    def restore_override(self, agent: str, limits: dict[str, int]) -> None:
+        if not limits:
+            return
+        self._operator.set_limits(agent, dict(limits))
+        st = self._agents.get(agent)
+        if st is not None:
+            st.limits = self._limits.get(agent)
+
+    def end_agent(self, agent: str) -> bool:
+        """The harness says the agent is gone: free its window. Its calls toward the cap and its denies are
+        kept (a ledger, bounded by maxAgents): a harness cannot give an agent a fresh cap by ending it. An
+        operator interrupt and override outlive it too. True if the agent was tracked."""
+        if agent not in self._agents:
+            return False
+        self._roster.retire(agent)
+        return True
+
+    @property
+    def paused(self) -> bool:
+        """The operator paused the guard: every call is allowed unrecorded (interrupts still apply)."""
+        return self._paused
+
+    def pause(self) -> None:
+        """Allow every call without recording it (interrupts still apply)."""
+        self._paused = True
+        self._tools.clear()  # each tool's rules say whether it is judged: none is while paused
+
+    def resume(self) -> None:
+        self._paused = False
+        self._tools.clear()
+
+    # -- state in and out (the state store) ----------------------------------------------------
+
+    def export_agent(self, agent: str) -> AgentState | None:
+        """A copy of one agent's state (None if it is not tracked)."""
+        st = self._agents.get(agent)
+        if st is not None:
+            return st.export(agent)
+        led = self._retired.get(agent)
+        return None if led is None else led.export(agent, self._limits.get(agent))
+
+    def restore_agent(self, state: AgentState, *, windows: bool = True) -> None:
+        """Put an agent back as exported, as the most recently active. `windows=False` keeps its
+        tallies but not its window (digests from another process's hash key match nothing)."""
+        if state.limits:  # a state file from before overrides were kept apart
+            self.restore_override(state.agent, state.limits)
+        self._newest = None
+        self._roster.restore(state, self._period if windows else 0)
+
+    def interrupts(self) -> list[tuple[str, str, int]]:
+        """Every operator interrupt: (agent, reason, denies so far), oldest first."""
+        return [(agent, e.reason, e.denies) for agent, e in self._interrupted.items()]
+
+    def restore_interrupt(self, agent: str, reason: str, denies: int) -> None:
+        self._operator.restore_interrupt(agent, reason, denies)
+
+
+class Guard(_Operated):
     """The circuit breaker. `check()` decides; nothing here reads a clock or touches a file.
 
     `on_remove(agent)` (optional) is told when an agent's state goes away by itself — evicted past
@@ -1115,20 +1231,13 @@ class Guard(_Views):
         "_call",
         "_exempt",
         "_ignore",
-        "_newest",
         "_no_cycles",
         "_only",
-        "_operator",
         "_overrides",
-        "_paused",
-        "_period",
         "_reasons",
-        "_retired",
         "_retired_tiers",
-        "_roster",
         "_stall",
         "_ticks",
-        "_tools",
         "_tracking",
         "_unchanged",
         "_warning_texts",
@@ -1172,7 +1281,7 @@ class Guard(_Views):
     def config(self, config: Config) -> None:
         """Swap the config live: counts are kept; windows shrink lazily on each agent's next call."""
         self._config = config
-        self._ignore = frozenset(config.ignore_args)
+        self._ignore = frozenset(config.ignore_args) or None  # (None: a test cheaper than an empty set's)
         self._exempt = frozenset(map(tool_class_name, config.exempt))
         self._only = frozenset(map(tool_class_name, config.only))
         self._tools.clear()
@@ -1246,9 +1355,12 @@ class Guard(_Views):
         if (cap or rules.tool_cap or len(ring) > window) and (denied := self._capped(st, agent, tool, rules, cap, now)):
             return denied
 
-        ignore = self._ignore
-        if ignore and isinstance(args, dict) and not ignore.isdisjoint(args):
-            args = _without(args, ignore)  # previews leave them out too
+        ignore = self._ignore  # (previews leave the ignored args out too)
+        args = (
+            _without(args, ignore)
+            if ignore is not None and (type(args) is dict or isinstance(args, dict)) and not ignore.isdisjoint(args)
+            else args
+        )
         try:  # keyed here (call_digest's fast path, inlined: the hot path), or elsewhere (`judged`), or not at all
             key = (
                 hash(_dumps((tool, args), option=_SORT))
@@ -1276,7 +1388,14 @@ class Guard(_Views):
                 st.polled(key)  # type: ignore[arg-type]  # the unchanged rule does not count polls either
             if rules.reword_limit and not polls:  # the call's key in other words (breaker/normalise.py)
                 if key is not None and (rules.searches or type(args) is not dict or not _spelled_apart(args)):
-                    reworded = st.reword(key, _reworded(key) or reworded_of(key, tool, args))
+                    norm = _reworded(key) or reworded_of(key, tool, args)
+                    if norm is None or norm != st.reword_key:  # a first wording (_Agent.reword's first step, inline)
+                        st.reword_key = norm
+                        st.reword_run = 1
+                        st.reword_first = key
+                        st.reword_mixed = False
+                    else:
+                        reworded = st.reword(key, norm)
                 else:  # only itself: no other call says the same, so it ends any run of wordings and starts none
                     st.reword_key = None
             if stall and tool != st.stall_tool:  # a call of another tool ends the run of calls the stall rule counts
@@ -1293,8 +1412,7 @@ class Guard(_Views):
                     # a call it has not just made continues no cycle (inline; a list, not a deque with a maxlen:
                     # a deque's block is 64 slots, 3 bytes more per remembered call)
                     recent.append(key)
-                    if len(recent) > st.period:
-                        del recent[0]
+                    del recent[0]  # (it holds `period` calls, None for those before the agent's first)
                 else:
                     cycle_len, cycle_p = st.cycled(rules, key, self._period, self._no_cycles, tool, args, now)
         st.last_seen = now  # (after the counting: a poll is paced by the agent's call before this one)
@@ -1311,14 +1429,14 @@ class Guard(_Views):
         )
         # No step objects below its warning's threshold (a deny's is at or above it): a call below every one of
         # them, the common case, skips the steps, and so does a call no cap warning is on for.
-        near = (
-            in_row >= rules.rep_near
-            or (seen >= limit - rules.dup_warn and key is not None)
-            or cycle_p
-            or stalled
-            or reworded
-            or polls
-            or unchanged
+        near = not (  # (a bool, not the last of the counts: tested three times below)
+            in_row < rules.rep_near
+            and (seen < limit - rules.dup_warn or key is None)
+            and not cycle_p
+            and not stalled
+            and not reworded
+            and not polls
+            and not unchanged
         )
         if near and seen >= limit and key is not None:  # the duplicate step (the first), inline: the common deny
             return self._deny(st, agent, tool, "duplicate", seen, limit, key)
@@ -1337,10 +1455,21 @@ class Guard(_Views):
         if slot is not None and not polls:  # a repeat (a poll matches nothing: polls never add up to a duplicate)
             st.repeated(agent, tool, args, judged, key, slot, n, self._top_keys)  # type: ignore[arg-type]
         elif key is not None and not polls:  # a key new to the window: a slot of its own
-            free = st.free
-            slot = free.pop() if free else st.grow()
-            st.tally[slot] = 1
-            index[key] = slot
+            tally = st.tally
+            if (  # the window is full and its oldest call's key leaves with it (_Agent.leave): that key's slot
+                len(ring) >= window
+                and (old := ring[0]) is not None
+                and tally[(spare := index[old])] == 1
+                and st.results is None
+                and not st.before
+            ):
+                ring.popleft()
+                del index[old]
+            else:
+                free = st.free
+                spare = free.pop() if free else st.grow()
+                tally[spare] = 1
+            index[key] = spare
         ring.append(None if polls else key)
         st.polls = polls
         st.calls += 1
@@ -1464,7 +1593,7 @@ class Guard(_Views):
             rules = found.rules if found is not None else None
         else:
             rules = self._tools.get(tool) or self._classify(tool)  # type: ignore[arg-type]
-            key = judged.key if judged is not None else call_digest(tool, args, self._ignore)  # type: ignore[arg-type]
+            key = judged.key if judged is not None else call_digest(tool, args, self._ignore or frozenset())  # type: ignore[arg-type]
             if pending and key is not None:
                 for cid in reversed(pending):
                     if pending[cid].key == key:
@@ -1502,97 +1631,3 @@ class Guard(_Views):
         self._newest = None
         text = INTERRUPTED_TEXT + (f" Reason: {entry.reason}" if entry.reason else "")
         return Verdict(False, "interrupted", text, calls, 0, entry.denies == 1, False, rule="interrupted")
-
-    # -- operator actions ---------------------------------------------------------------------
-
-    def interrupt(self, agent: str, reason: str = "") -> None:
-        """Deny every later call of `agent` (kind "interrupted") until `uninterrupt`."""
-        self._operator.interrupt(agent, reason)
-
-    def uninterrupt(self, agent: str) -> bool:
-        """Lift an operator interrupt; True if the agent was interrupted."""
-        return self._interrupted.pop(agent, None) is not None
-
-    def interrupted(self, agent: str) -> bool:
-        return agent in self._interrupted
-
-    def reset(self, agent: str) -> bool:
-        """Clear an agent's window, call count, denies and override (not an interrupt); True if it was tracked.
-        An operator's action: its counts start again, as a new agent's."""
-        self._limits.pop(agent, None)
-        self._newest = None
-        return self._roster.reset(agent)
-
-    def override(self, agent: str, limits: dict[str, int | None]) -> dict[str, int] | None:
-        """Give `agent` limits of its own (AGENT_LIMITS keys; a value None takes that one off): its cap, and
-        its duplicate limit for every tool. The global config is untouched; a reset clears them. They are
-        kept apart from the agent's state: its end or eviction never drops them, only the operator does.
-        The agent's limits now, or None if the guard does not know it. Values are the caller's to check
-        (the protocol does)."""
-        if agent not in self._agents and agent not in self._retired and agent not in self._interrupted:
-            return None
-        own = self._operator.override(agent, limits)
-        st = self._agents.get(agent)
-        if st is not None:
-            st.limits = own or None
-        return own
-
-    def overrides(self) -> dict[str, dict[str, int]]:
-        """Every agent's own limits (a copy), oldest first: what the state store keeps."""
-        return {agent: dict(own) for agent, own in self._limits.items()}
-
-    def restore_override(self, agent: str, limits: dict[str, int]) -> None:
-        if not limits:
-            return
-        self._operator.set_limits(agent, dict(limits))
-        st = self._agents.get(agent)
-        if st is not None:
-            st.limits = self._limits.get(agent)
-
-    def end_agent(self, agent: str) -> bool:
-        """The harness says the agent is gone: free its window. Its calls toward the cap and its denies are
-        kept (a ledger, bounded by maxAgents): a harness cannot give an agent a fresh cap by ending it. An
-        operator interrupt and override outlive it too. True if the agent was tracked."""
-        if agent not in self._agents:
-            return False
-        self._roster.retire(agent)
-        return True
-
-    @property
-    def paused(self) -> bool:
-        """The operator paused the guard: every call is allowed unrecorded (interrupts still apply)."""
-        return self._paused
-
-    def pause(self) -> None:
-        """Allow every call without recording it (interrupts still apply)."""
-        self._paused = True
-        self._tools.clear()  # each tool's rules say whether it is judged: none is while paused
-
-    def resume(self) -> None:
-        self._paused = False
-        self._tools.clear()
-
-    # -- state in and out (the state store) ----------------------------------------------------
-
-    def export_agent(self, agent: str) -> AgentState | None:
-        """A copy of one agent's state (None if it is not tracked)."""
-        st = self._agents.get(agent)
-        if st is not None:
-            return st.export(agent)
-        led = self._retired.get(agent)
-        return None if led is None else led.export(agent, self._limits.get(agent))
-
-    def restore_agent(self, state: AgentState, *, windows: bool = True) -> None:
-        """Put an agent back as exported, as the most recently active. `windows=False` keeps its
-        tallies but not its window (digests from another process's hash key match nothing)."""
-        if state.limits:  # a state file from before overrides were kept apart
-            self.restore_override(state.agent, state.limits)
-        self._newest = None
-        self._roster.restore(state, self._period if windows else 0)
-
-    def interrupts(self) -> list[tuple[str, str, int]]:
-        """Every operator interrupt: (agent, reason, denies so far), oldest first."""
-        return [(agent, e.reason, e.denies) for agent, e in self._interrupted.items()]
-
-    def restore_interrupt(self, agent: str, reason: str, denies: int) -> None:
-        self._operator.restore_interrupt(agent, reason, denies)
