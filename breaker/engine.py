@@ -178,7 +178,9 @@ class _Agent:
         self.run = 0
         # the cycle rule, for each period p: how many calls in a row repeated the call p back
         self.cycles: list[int] | None = None
-        self.cycling = False  # some entry of cycles is not 0
+        # some entry of cycles is not 0, or the rule's lists are not yet made for the period: its next call takes
+        # the rule's whole step (_Agent.cycle), not the check's inline one
+        self.cycling = True
         self.recent: list[int | None] | None = None  # the last `period` calls it tried, for the cycle rule
         self.period = 0  # the cyclePeriod `recent` and `cycles` were made for
         # progress: per key, its occurrences from before its result last changed
@@ -524,8 +526,8 @@ class _Agent:
         """Take the window and the rules' tallies from `state` (digests this process's hash key made)."""
         self.last_key, self.run = state.last_key, state.run
         self.cycles = list(state.cycles) if state.cycles is not None else None
-        self.cycling = any(self.cycles or ())
         self.recent = _last(state.recent, period) if state.recent is not None else None
+        self.cycling = any(self.cycles or ()) or self.recent is None
         self.period = period
         self.before = dict(state.before) if state.before is not None else None
         # polls and wordings in a row: keyed by digests too, so they come back with the window or not at all
@@ -1265,6 +1267,7 @@ class Guard(_Operated):
         self.denies: dict[str, int] = dict.fromkeys(DENY_KINDS, 0)
         self.warnings = 0  # calls allowed with a warning
         self._anon = itertools.count(1)  # ids for remembered calls that came without one
+        self._period = 0
         self.config = config if config is not None else Config()
 
     def _removed(self, agent: str) -> None:
@@ -1286,6 +1289,9 @@ class Guard(_Operated):
         self._only = frozenset(map(tool_class_name, config.only))
         self._tools.clear()
         self._overrides = {tool_class_name(tool): dict(o) for tool, o in config.tools}
+        if config.cycle_period != self._period:  # each agent's cycle rule makes its lists again at its next call
+            for st in self._agents.values():
+                st.cycling = True
         self._period = config.cycle_period
         self._no_cycles = [0] * (config.cycle_period + 1)
         self._stall, self._tracking, self._unchanged = steps.tracked(config, self._overrides.values())
@@ -1402,13 +1408,8 @@ class Guard(_Operated):
                 st.stall_tool, st.stall_digest, st.stall_n = tool, None, 0
             stalled = st.stall_n if stall and rules.stall_limit else 0
             if rules.cycle_limit:  # every call it tries moves the cycle rule on
-                recent = st.recent
-                if (
-                    recent is not None
-                    and (key is None or key not in recent)
-                    and not st.cycling
-                    and st.period == self._period
-                ):
+                recent: list[int | None] = st.recent  # type: ignore[assignment]  # (None only while cycling)
+                if not st.cycling and (key is None or key not in recent):
                     # a call it has not just made continues no cycle (inline; a list, not a deque with a maxlen:
                     # a deque's block is 64 slots, 3 bytes more per remembered call)
                     recent.append(key)
@@ -1420,7 +1421,7 @@ class Guard(_Operated):
         n = 0 if slot is None else st.tally[slot]
         # only the identical calls since its result last changed count
         seen = n - st.before.get(key, 0) if n and st.before and rules.progress else n  # type: ignore[arg-type]
-        in_row = 0 if polls or key is None or key != st.last_key else st.run  # a poll: by pollLimit
+        in_row = st.run if key == st.last_key and key is not None and not polls else 0  # a poll: by pollLimit
         # the unchanged rule: a repeat (n) with results kept, not a poll nor back to back (repeat's), with args left
         unchanged = (
             st.unchanged_run(slot)
@@ -1440,10 +1441,11 @@ class Guard(_Operated):
         )
         if near and seen >= limit and key is not None:  # the duplicate step (the first), inline: the common deny
             return self._deny(st, agent, tool, "duplicate", seen, limit, key)
-        c = self._call
         if near and (
             denied := self._denied(
-                c.set(rules, key, seen, limit, in_row, cap, polls, reworded, stalled, cycle_len, cycle_p, unchanged),
+                self._call.set(
+                    rules, key, seen, limit, in_row, cap, polls, reworded, stalled, cycle_len, cycle_p, unchanged
+                ),
                 st,
                 agent,
                 tool,
@@ -1494,8 +1496,8 @@ class Guard(_Operated):
             # whether it may write: the unchanged rule counts it when its result comes (breaker/normalise.py)
             writes = rules.writes or (rules.runs and may_write(key, tool, args))
             st.remember(call_id, Pending(key, "", rules, tool, writes), self._anon)
-        shared = rules.allowed  # one verdict for every such call, built once (its key: checked_key)
-        return shared[seen] if own is None and seen < len(shared) else _allowed(seen, limit, key)
+        # one verdict for every such call, built once (its key: checked_key)
+        return rules.allowed[seen] if own is None and seen < rules.shared else _allowed(seen, limit, key)
 
     def _capped(
         self, st: _Agent, agent: str, tool: str, rules: ToolRules, cap: int, now: float | None

@@ -383,6 +383,7 @@ class ToolRules:
     that are on for them, in order."""
 
     allowed: tuple[Verdict, ...]
+    shared: int
     cap_warn: int
     counts_tool: bool
     count_writes: bool
@@ -433,6 +434,7 @@ class ToolRules:
         "reword_warn",
         "runs",
         "searches",
+        "shared",
         "stall_limit",
         "stall_warn",
         "stall_writes",
@@ -459,6 +461,7 @@ class ToolRules:
         self.allowed = tuple(
             Verdict(True, None, "", seen + 1, self.dup_limit, False, True) for seen in range(min(self.dup_limit, 64))
         )
+        self.shared = len(self.allowed)  # (below it, `allowed[seen]`)
         self.rep_limit = overrides.get("repeatLimit", config.repeat_limit)
         self.rep_warn = min(overrides.get("repeatWarn", config.repeat_warn), self.rep_limit)  # 0 while it is off
         self.rep_near = self.rep_limit - self.rep_warn if self.rep_limit else sys.maxsize  # calls in a row it warns at

@@ -431,3 +431,15 @@ def test_the_seed_preset_gives_the_seeds_verdicts_whatever_the_calls(seq):
             counts[c] = counts.get(c, 0) + 1
             expected += "."
     assert new == expected
+
+
+def test_a_longer_cycle_period_set_while_an_agent_runs_catches_its_longer_cycle_as_a_guard_started_with_it():
+    # Each agent's cycle rule makes its lists again for the new period at its next call: without that, its last
+    # calls would stay two long and a cycle of three would never be seen.
+    changed = Guard(Config(cycle_limit=2, cycle_period=2, duplicate_limit=100))
+    assert run(changed, "xy") == ".."
+    changed.config = changed.config.replace(cycle_period=3)
+    fresh = Guard(Config(cycle_limit=2, cycle_period=3, duplicate_limit=100))
+    run(fresh, "xy")
+    assert run(changed, "abc" * 3) == run(fresh, "abc" * 3)
+    assert "C" in run(changed, "abc" * 2)
