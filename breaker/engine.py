@@ -122,6 +122,7 @@ class _Agent:
         "at_top",
         "before",
         "calls",
+        "clean",
         "cycles",
         "cycling",
         "denies",
@@ -150,6 +151,7 @@ class _Agent:
         "stall_digest",
         "stall_n",
         "stall_tool",
+        "taint",
         "tally",
         "tier",
         "tool_calls",
@@ -182,6 +184,11 @@ class _Agent:
         # the rule's whole step (_Agent.cycle), not the check's inline one
         self.cycling = True
         self.recent: list[int | None] | None = None  # the last `period` calls it tried, for the cycle rule
+        # every key of `recent` was kept in the window as itself when it was tried, and (the window being at least
+        # cyclePeriod long) is there still: a key new to the window is none of them, with no list to search. A call
+        # tried and not kept as itself (a deny, a poll) spoils that for the next `taint` new keys (_Agent.recheck).
+        self.clean = False
+        self.taint = 0
         self.period = 0  # the cyclePeriod `recent` and `cycles` were made for
         # progress: per key, its occurrences from before its result last changed
         self.before: dict[int, int] | None = None
@@ -337,6 +344,24 @@ class _Agent:
             self.polling = True
             return 0, 0
         return cycle_len, cycle_p
+
+    def recheck(self, narrow: bool) -> bool:
+        """`clean` again? Not while the window is `narrow` (shorter than cyclePeriod: a key kept can leave it while
+        still among the last calls), nor for the first `taint` new keys after a call not kept as itself: that many
+        calls tried (at least) take it out of the last ones."""
+        if narrow:
+            return False
+        if self.taint:
+            self.taint -= 1
+            return False
+        self.clean = True
+        return True
+
+    def spoil(self, period: int) -> None:
+        """A call was tried and not kept in the window as itself (a deny, a poll): `clean` no longer holds until it
+        is out of the last `period` calls tried."""
+        self.clean = False
+        self.taint = period
 
     def cycle(self, key: int | None, period: int, no_cycles: list[int]) -> tuple[int, int]:
         """Move the cycle rule on by one tried call: the longest cycle this call continues, as
@@ -527,6 +552,7 @@ class _Agent:
         self.last_key, self.run = state.last_key, state.run
         self.cycles = list(state.cycles) if state.cycles is not None else None
         self.recent = _last(state.recent, period) if state.recent is not None else None
+        self.spoil(period)  # (what its last calls were kept as is not saved)
         self.cycling = any(self.cycles or ()) or self.recent is None
         self.period = period
         self.before = dict(state.before) if state.before is not None else None
@@ -1233,6 +1259,7 @@ class Guard(_Operated):
         "_call",
         "_exempt",
         "_ignore",
+        "_narrow",
         "_no_cycles",
         "_only",
         "_overrides",
@@ -1289,9 +1316,11 @@ class Guard(_Operated):
         self._only = frozenset(map(tool_class_name, config.only))
         self._tools.clear()
         self._overrides = {tool_class_name(tool): dict(o) for tool, o in config.tools}
-        if config.cycle_period != self._period:  # each agent's cycle rule makes its lists again at its next call
-            for st in self._agents.values():
-                st.cycling = True
+        moved = config.cycle_period != self._period  # each agent's cycle rule makes its lists again at its next call
+        self._narrow = config.window < config.cycle_period  # (_Agent.recheck)
+        for st in self._agents.values() if moved or self._narrow else ():
+            st.cycling = st.cycling or moved
+            st.spoil(config.cycle_period)
         self._period = config.cycle_period
         self._no_cycles = [0] * (config.cycle_period + 1)
         self._stall, self._tracking, self._unchanged = steps.tracked(config, self._overrides.values())
@@ -1391,6 +1420,7 @@ class Guard(_Operated):
             ):
                 polls = st.polls + 1
                 stall, st.stall_tool = False, None  # a poll waits for a new result: the same one again is no stall
+                st.spoil(self._period)  # (kept as no key: its key's last occurrence may leave the window before it)
                 st.polled(key)  # type: ignore[arg-type]  # the unchanged rule does not count polls either
             if rules.reword_limit and not polls:  # the call's key in other words (breaker/normalise.py)
                 if key is not None and (rules.searches or type(args) is not dict or not _spelled_apart(args)):
@@ -1409,7 +1439,9 @@ class Guard(_Operated):
             stalled = st.stall_n if stall and rules.stall_limit else 0
             if rules.cycle_limit:  # every call it tries moves the cycle rule on
                 recent: list[int | None] = st.recent  # type: ignore[assignment]  # (None only while cycling)
-                if not st.cycling and (key is None or key not in recent):
+                if not st.cycling and (
+                    key is None or (slot is None and (st.clean or st.recheck(self._narrow))) or key not in recent
+                ):
                     # a call it has not just made continues no cycle (inline; a list, not a deque with a maxlen:
                     # a deque's block is 64 slots, 3 bytes more per remembered call)
                     recent.append(key)
@@ -1611,6 +1643,7 @@ class Guard(_Operated):
         return (slot is not None or found is not None or stall), warning
 
     def _deny(self, st: _Agent, agent: str, tool: str, kind: Kind, count: int, limit: int, key: int | None) -> Verdict:
+        st.spoil(self._period)  # a call tried and not kept: its key may be among the last calls and in no window
         if st.tier != 2:
             self._recency.place(agent, st, 2)
         before = st.denies.get(kind, 0)

@@ -443,3 +443,89 @@ def test_a_longer_cycle_period_set_while_an_agent_runs_catches_its_longer_cycle_
     run(fresh, "xy")
     assert run(changed, "abc" * 3) == run(fresh, "abc" * 3)
     assert "C" in run(changed, "abc" * 2)
+
+
+# -- the cycle rule's last calls, read without a search (engine: _Agent.clean) ----------------------------------------
+# A call whose key is new to the window is none of the agent's last calls only while each of those was kept in the
+# window as itself: a deny, a poll and a window shorter than cyclePeriod each break that. Each script below was
+# found by comparing an engine without one of those cases against one that searches the list every time.
+
+
+def scripted(script: list[tuple[str, str, float]], **config) -> str:
+    g = Guard(Config.with_preset("recommended", duplicate_limit=100, max_calls_per_agent=0, **config))
+    out = []
+    for tool, text, t in script:
+        args = {"query": text} if tool == "web_search" else {"command": text}
+        out.append(outcome(g.check("a", tool, args, t)))
+    return "".join(out)
+
+
+def test_a_call_denied_as_a_rewording_is_still_among_the_last_calls_and_its_return_continues_a_cycle():
+    script = [
+        ("web_search", "beta alpha", 81.5),
+        ("web_search", "alpha-beta", 161.5),
+        ("web_search", "alpha beta", 162.0),  # the third wording: denied, never in the window
+        ("bash", "gh run view 1", 242.0),
+        ("web_search", "alpha beta", 282.5),  # new to the window, but two calls back: a cycle of two, warned
+        ("bash", "gh run view 1", 403.0),
+    ]
+    assert scripted(script, cycle_limit=1, cycle_period=4, reword_limit=2, window=5, poll_limit=0) == ".wR..w"
+
+
+def test_a_polls_key_stays_among_the_last_calls_after_its_first_call_has_left_the_window():
+    script = [
+        ("web_search", "Alpha Beta", 242.5),
+        ("web_search", "delta", 243.0),
+        ("web_search", "delta", 243.5),
+        ("web_search", "Alpha Beta", 283.5),  # 41 s after its first: a poll, kept in the window as no key
+        ("web_search", "gamma", 323.5),  # its first call leaves the window of four
+        ("web_search", "Alpha Beta", 324.0),  # new to the window, two calls after the poll
+        ("web_search", "gamma", 324.5),
+    ]
+    config = {"cycle_limit": 1, "cycle_period": 2, "reword_limit": 4, "window": 4, "poll_limit": 2}
+    assert scripted(script, **config) == "..w...w"
+
+
+def test_with_a_window_shorter_than_the_cycle_period_a_call_gone_from_the_window_still_continues_a_cycle():
+    script = [
+        ("web_search", "beta alpha", 242.0),
+        ("web_search", "delta", 242.5),
+        ("web_search", "beta alpha", 243.0),  # gone from the one-call window, two calls back
+        ("web_search", "delta", 243.5),
+    ]
+    assert scripted(script, cycle_limit=2, cycle_period=4, reword_limit=4, window=1, poll_limit=3) == "...w"
+
+
+def test_a_restored_agents_denied_call_is_still_among_its_last_calls():
+    config = Config.with_preset(
+        "recommended",
+        duplicate_limit=100,
+        max_calls_per_agent=0,
+        cycle_limit=1,
+        cycle_period=4,
+        reword_limit=2,
+        window=5,
+        poll_limit=0,
+    )
+    before = Guard(config)
+    first = [("beta alpha", 81.5), ("alpha-beta", 161.5), ("alpha beta", 162.0)]  # the third denied as a rewording
+    assert "".join(outcome(before.check("a", "web_search", {"query": q}, t)) for q, t in first) == ".wR"
+    state = before.export_agent("a")
+    assert state is not None
+    after = Guard(config)
+    after.restore_agent(state)
+    rest = [("bash", "gh run view 1", 242.0), ("web_search", "alpha beta", 282.5), ("bash", "gh run view 1", 403.0)]
+    got = [after.check("a", tool, {"query" if tool == "web_search" else "command": x}, t) for tool, x, t in rest]
+    assert "".join(map(outcome, got)) == "..w"  # as if never restored: the denied wording two calls back
+
+
+def test_a_window_made_shorter_than_the_cycle_period_mid_run_still_finds_the_call_gone_from_it():
+    config = Config.with_preset(
+        "recommended", duplicate_limit=100, max_calls_per_agent=0, cycle_limit=2, cycle_period=4, window=8
+    )
+    g = Guard(config)
+    calls = [("beta alpha", 242.0), ("delta", 242.5), ("beta alpha", 243.0), ("delta", 243.5)]
+    got = [outcome(g.check("a", "web_search", {"query": q}, t)) for q, t in calls[:2]]
+    g.config = config.replace(window=1)
+    got += [outcome(g.check("a", "web_search", {"query": q}, t)) for q, t in calls[2:]]
+    assert "".join(got) == "...w"  # as with a window of one from the start
