@@ -1643,7 +1643,7 @@ class Guard(_Operated):
         return (slot is not None or found is not None or stall), warning
 
     def _deny(self, st: _Agent, agent: str, tool: str, kind: Kind, count: int, limit: int, key: int | None) -> Verdict:
-        st.spoil(self._period)  # a call tried and not kept: its key may be among the last calls and in no window
+        st.clean, st.taint = False, self._period  # a call tried and not kept (_Agent.spoil, inline: a loop's path)
         if st.tier != 2:
             self._recency.place(agent, st, 2)
         before = st.denies.get(kind, 0)
