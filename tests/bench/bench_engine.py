@@ -68,13 +68,17 @@ def floor_call(tool: str, args: Any) -> int:
 
 def interleaved(runs: list[tuple[Callable[..., Any], list[tuple]]], repeat: int, floor: int) -> list[list[int]]:
     """Time each (function, calls) in turn, chunk by chunk, so that every one sees the same load; the samples
-    of each, the timer's overhead taken off."""
+    of each, the timer's overhead taken off. Each chunk begins with the next function of the last one: none is
+    always timed first (on what the one before it left in the caches)."""
     out: list[list[int]] = [[] for _ in runs]
-    n = len(runs[0][1])
+    n, k = len(runs[0][1]), len(runs)
     step = max(1, n // ROUNDS_PER_REPEAT)
+    turn = 0
     for _ in range(repeat):
         for start in range(0, n, step):
-            for (fn, calls), samples in zip(runs, out, strict=True):
+            turn += 1
+            for j in [(turn + i) % k for i in range(k)]:
+                (fn, calls), samples = runs[j], out[j]
                 for args in calls[start : start + step]:
                     t0 = NS()
                     fn(*args)
