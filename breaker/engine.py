@@ -180,8 +180,8 @@ class _Agent:
         self.run = 0
         # the cycle rule, for each period p: how many calls in a row repeated the call p back
         self.cycles: list[int] | None = None
-        # some entry of cycles is not 0, or the rule's lists are not yet made for the period: its next call takes
-        # the rule's whole step (_Agent.cycle), not the check's inline one
+        # some entry of cycles is not 0, or the rule's lists are not made yet: its next call takes the rule's whole
+        # step (_Agent.cycle), not the check's inline one (so does a call after a cyclePeriod change: `period`)
         self.cycling = True
         self.recent: list[int | None] | None = None  # the last `period` calls it tried, for the cycle rule
         # every key of `recent` was kept in the window as itself when it was tried, and (the window being at least
@@ -433,7 +433,7 @@ class _Agent:
             if self.reword_key is not None:  # a new result: the wordings before it count no more
                 self.reword_run = 0
             self.cycles = None  # a cycle through a call whose result changed is making progress
-            self.cycling = False
+            self.cycling = self.recent is None  # (no lists yet: the rule was off until now)
 
     def evict(self, agent: str, old: int | None, top_keys: _TopKeys) -> None:
         """A key leaves the window: one fewer occurrence (and maybe a lower highest count for the top keys)."""
@@ -1295,6 +1295,7 @@ class Guard(_Operated):
         self.warnings = 0  # calls allowed with a warning
         self._anon = itertools.count(1)  # ids for remembered calls that came without one
         self._period = 0
+        self._narrow = False
         self.config = config if config is not None else Config()
 
     def _removed(self, agent: str) -> None:
@@ -1316,10 +1317,9 @@ class Guard(_Operated):
         self._only = frozenset(map(tool_class_name, config.only))
         self._tools.clear()
         self._overrides = {tool_class_name(tool): dict(o) for tool, o in config.tools}
-        moved = config.cycle_period != self._period  # each agent's cycle rule makes its lists again at its next call
-        self._narrow = config.window < config.cycle_period  # (_Agent.recheck)
-        for st in self._agents.values() if moved or self._narrow else ():
-            st.cycling = st.cycling or moved
+        # _Agent.clean: a window shorter than cyclePeriod, now or until now, and a new period spoil it for all
+        narrow, self._narrow = self._narrow, config.window < config.cycle_period
+        for st in self._agents.values() if narrow or self._narrow or config.cycle_period != self._period else ():
             st.spoil(config.cycle_period)
         self._period = config.cycle_period
         self._no_cycles = [0] * (config.cycle_period + 1)
@@ -1439,8 +1439,10 @@ class Guard(_Operated):
             stalled = st.stall_n if stall and rules.stall_limit else 0
             if rules.cycle_limit:  # every call it tries moves the cycle rule on
                 recent: list[int | None] = st.recent  # type: ignore[assignment]  # (None only while cycling)
-                if not st.cycling and (
-                    key is None or (slot is None and (st.clean or st.recheck(self._narrow))) or key not in recent
+                if (
+                    not st.cycling
+                    and st.period == self._period
+                    and (key is None or (slot is None and (st.clean or st.recheck(self._narrow))) or key not in recent)
                 ):
                     # a call it has not just made continues no cycle (inline; a list, not a deque with a maxlen:
                     # a deque's block is 64 slots, 3 bytes more per remembered call)

@@ -529,3 +529,26 @@ def test_a_window_made_shorter_than_the_cycle_period_mid_run_still_finds_the_cal
     g.config = config.replace(window=1)
     got += [outcome(g.check("a", "web_search", {"query": q}, t)) for q, t in calls[2:]]
     assert "".join(got) == "...w"  # as with a window of one from the start
+
+
+def test_the_cycle_rule_turned_on_after_results_came_starts_its_lists_and_catches_a_cycle():
+    # Results with progress reset the cycle rule's tallies; while the rule was off it had no lists to reset.
+    g = Guard(Config(cycle_limit=0, progress=True, duplicate_limit=100))
+    for i, answer in enumerate(["one", "two"]):
+        g.check("a", "bash", {"command": "make"}, call_id=i)
+        g.result("a", answer, call_id=i)
+    g.config = g.config.replace(cycle_limit=2)
+    fresh = run(Guard(Config(cycle_limit=2, duplicate_limit=100)), "m" + "abababab")[1:]
+    assert run(g, "abababab") == fresh == "....CCCC"
+
+
+def test_a_window_made_longer_than_the_cycle_period_mid_run_still_finds_a_call_the_short_one_dropped():
+    config = Config.with_preset(
+        "recommended", duplicate_limit=100, max_calls_per_agent=0, cycle_limit=2, cycle_period=4, window=1
+    )
+    g = Guard(config)
+    calls = [("beta alpha", 242.0), ("delta", 242.5), ("beta alpha", 243.0), ("delta", 243.5)]
+    got = [outcome(g.check("a", "web_search", {"query": q}, t)) for q, t in calls[:2]]
+    g.config = config.replace(window=4)  # the first call left the one-call window, and is among the last four
+    got += [outcome(g.check("a", "web_search", {"query": q}, t)) for q, t in calls[2:]]
+    assert "".join(got) == "...w"
