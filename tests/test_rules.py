@@ -519,18 +519,6 @@ def test_a_restored_agents_denied_call_is_still_among_its_last_calls():
     assert "".join(map(outcome, got)) == "..w"  # as if never restored: the denied wording two calls back
 
 
-def test_a_window_made_shorter_than_the_cycle_period_mid_run_still_finds_the_call_gone_from_it():
-    config = Config.with_preset(
-        "recommended", duplicate_limit=100, max_calls_per_agent=0, cycle_limit=2, cycle_period=4, window=8
-    )
-    g = Guard(config)
-    calls = [("beta alpha", 242.0), ("delta", 242.5), ("beta alpha", 243.0), ("delta", 243.5)]
-    got = [outcome(g.check("a", "web_search", {"query": q}, t)) for q, t in calls[:2]]
-    g.config = config.replace(window=1)
-    got += [outcome(g.check("a", "web_search", {"query": q}, t)) for q, t in calls[2:]]
-    assert "".join(got) == "...w"  # as with a window of one from the start
-
-
 def test_the_cycle_rule_turned_on_after_results_came_starts_its_lists_and_catches_a_cycle():
     # Results with progress reset the cycle rule's tallies; while the rule was off it had no lists to reset.
     g = Guard(Config(cycle_limit=0, progress=True, duplicate_limit=100))
@@ -542,13 +530,20 @@ def test_the_cycle_rule_turned_on_after_results_came_starts_its_lists_and_catche
     assert run(g, "abababab") == fresh == "....CCCC"
 
 
-def test_a_window_made_longer_than_the_cycle_period_mid_run_still_finds_a_call_the_short_one_dropped():
+@pytest.mark.parametrize(
+    ("window", "then"),
+    [(8, 1), (1, 4)],
+    ids=["made-shorter-than-the-period", "made-longer-after-a-short-one-dropped-it"],
+)
+def test_a_window_changed_mid_run_still_finds_the_call_gone_from_it_among_the_last_calls(window: int, then: int):
+    # Shorter than cyclePeriod, a window can drop a call still among the last four tried; longer again, the call
+    # it dropped is still there, until four more calls are tried.
     config = Config.with_preset(
-        "recommended", duplicate_limit=100, max_calls_per_agent=0, cycle_limit=2, cycle_period=4, window=1
+        "recommended", duplicate_limit=100, max_calls_per_agent=0, cycle_limit=2, cycle_period=4, window=window
     )
     g = Guard(config)
     calls = [("beta alpha", 242.0), ("delta", 242.5), ("beta alpha", 243.0), ("delta", 243.5)]
     got = [outcome(g.check("a", "web_search", {"query": q}, t)) for q, t in calls[:2]]
-    g.config = config.replace(window=4)  # the first call left the one-call window, and is among the last four
+    g.config = config.replace(window=then)
     got += [outcome(g.check("a", "web_search", {"query": q}, t)) for q, t in calls[2:]]
-    assert "".join(got) == "...w"
+    assert "".join(got) == "...w"  # as with a window of one from the start
